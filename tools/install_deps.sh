@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what building and testing concord needs, skipping what is there:
+# system packages with apt-get, Python packages with pip.
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+
+apt_packages=(catch2 pkg-config g++ ninja-build)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "installing system packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# module name -> pip requirement
+py_packages=(
+  "mesonpy:meson-python>=0.15"
+  "mesonbuild:meson>=1.3"
+  "ninja:ninja"
+  "Cython:cython>=3.0"
+  "numpy:numpy>=2.0"
+  "pytest:pytest>=7"
+  "optree:optree>=0.10"
+  "array_api_compat:array-api-compat>=1.4"
+)
+need=()
+for entry in "${py_packages[@]}"; do
+  module=${entry%%:*}
+  requirement=${entry#*:}
+  "$PYTHON" -c "import $module" >/dev/null 2>&1 || need+=("$requirement")
+done
+if ((${#need[@]})); then
+  echo "installing Python packages: ${need[*]}"
+  "$PYTHON" -m pip install -q "${need[@]}"
+fi
