@@ -1,0 +1,472 @@
+// The C ABI: a thin layer that validates handles, converts DLTensors to
+// views and maps exceptions to a status plus a thread-local message.
+#include "concord/concord.h"
+
+#include <cstring>
+#include <memory>
+#include <vector>
+#include <new>
+#include <string>
+
+#include "base/env.hpp"
+#include "base/format.hpp"
+#include "base/tensor_view.hpp"
+#include "comm/communicator.hpp"
+#include "rendezvous/bootstrap.hpp"
+#include "rendezvous/store.hpp"
+
+struct concord_store_server {
+  std::unique_ptr<concord::StoreServer> server;
+};
+
+struct concord_store {
+  std::shared_ptr<concord::SharedStore> store;
+};
+
+struct concord_comm {
+  std::unique_ptr<concord::StoreServer> server;  // set when this rank serves the store; outlives comm
+  std::unique_ptr<concord::Communicator> comm;
+};
+
+struct concord_work {
+  std::shared_ptr<concord::Work> work;
+  double default_timeout_s;
+};
+
+namespace {
+
+using concord::StatusCode;
+
+thread_local std::string last_error;
+
+concord_status record(StatusCode code, const char* message) noexcept {
+  try {
+    last_error = message;
+  } catch (...) {
+  }
+  return static_cast<concord_status>(code);
+}
+
+template <typename T>
+T& require(T* handle, const char* what) {
+  if (handle == nullptr) concord::invalid_argument(what, " is NULL");
+  return *handle;
+}
+
+template <typename T>
+void require_out(T* out, const char* what) {
+  if (out == nullptr) concord::invalid_argument("output pointer ", what, " is NULL");
+}
+
+concord::ReduceOp to_reduce_op(concord_reduce_op op) {
+  switch (op) {
+    case CONCORD_SUM: return concord::ReduceOp::kSum;
+    case CONCORD_PROD: return concord::ReduceOp::kProd;
+    case CONCORD_MAX: return concord::ReduceOp::kMax;
+    case CONCORD_MIN: return concord::ReduceOp::kMin;
+    case CONCORD_MEAN: return concord::ReduceOp::kMean;
+  }
+  concord::invalid_argument("unknown reduction op ", static_cast<int>(op),
+                            "; valid: CONCORD_SUM, CONCORD_PROD, CONCORD_MAX, CONCORD_MIN, "
+                            "CONCORD_MEAN");
+}
+
+std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
+
+double default_timeout_s() {
+  const double timeout = concord::env::get_double("CONCORD_TIMEOUT").value_or(600.0);
+  if (!(timeout > 0)) concord::invalid_argument("CONCORD_TIMEOUT must be positive, got ", timeout);
+  return timeout;
+}
+
+// Every init of a name by a rank is a new generation, so a communicator made
+// again under the same name (init after shutdown) never meets stale keys.
+std::unique_ptr<concord::Communicator> make_communicator(
+    std::shared_ptr<concord::SharedStore> store, const std::string& name, int rank, int size,
+    double timeout_s) {
+  std::int64_t generation;
+  {
+    std::lock_guard lock(store->mutex);
+    generation = store->client->add(concord::concat(name, "/generation/", rank), 1);
+  }
+  return std::make_unique<concord::Communicator>(
+      std::move(store), concord::concat(name, "#", generation), rank, size, timeout_s);
+}
+
+void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work, double timeout_s) {
+  if (out != nullptr) *out = new concord_work{std::move(work), timeout_s};
+}
+
+}  // namespace
+
+#define CONCORD_API_BEGIN try {
+#define CONCORD_API_END                                                  \
+  }                                                                      \
+  catch (const concord::Error& e) {                                      \
+    return record(e.code(), e.what());                                   \
+  }                                                                      \
+  catch (const std::bad_alloc&) {                                        \
+    return record(StatusCode::kOutOfMemory, "out of memory");            \
+  }                                                                      \
+  catch (const std::exception& e) {                                      \
+    return record(StatusCode::kInternal, e.what());                      \
+  }                                                                      \
+  catch (...) {                                                          \
+    return record(StatusCode::kInternal, "unknown internal error");      \
+  }                                                                      \
+  return CONCORD_OK;
+
+extern "C" {
+
+// ---- versions and status ---------------------------------------------------
+
+const char* concord_version(void) { return CONCORD_VERSION_STRING; }
+
+int concord_version_code(void) { return CONCORD_VERSION_CODE; }
+
+const char* concord_build_info(void) {
+  return "{\"version\": \"" CONCORD_VERSION_STRING "\", "
+         "\"backends\": {\"shm\": true, \"gloo\": false, \"nccl\": false}, "
+         "\"cuda\": {\"built\": false, \"available\": false}, "
+         "\"nccl\": {\"built\": false, \"available\": false, \"version\": null}}";
+}
+
+const char* concord_status_string(concord_status status) {
+  switch (status) {
+    case CONCORD_OK: return "success";
+    case CONCORD_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case CONCORD_ERR_UNAVAILABLE: return "unavailable";
+    case CONCORD_ERR_TIMEOUT: return "timed out";
+    case CONCORD_ERR_REMOTE: return "a peer failed";
+    case CONCORD_ERR_MISMATCH: return "ranks disagree on the collective";
+    case CONCORD_ERR_ABORTED: return "communicator aborted";
+    case CONCORD_ERR_OUT_OF_MEMORY: return "out of memory";
+    case CONCORD_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* concord_last_error(void) { return last_error.c_str(); }
+
+// ---- store -------------------------------------------------------------------
+
+concord_status concord_store_server_create(const char* host, int port, const char* token,
+                                           concord_store_server_t* out) {
+  CONCORD_API_BEGIN
+  require_out(out, "out");
+  *out = nullptr;
+  require(host, "host");
+  if (port < 0 || port > 65535) concord::invalid_argument("port ", port, " outside 0..65535");
+  auto server = std::make_unique<concord::StoreServer>(host, port, token ? token : "");
+  *out = new concord_store_server{std::move(server)};
+  CONCORD_API_END
+}
+
+concord_status concord_store_server_port(concord_store_server_t server, int* port) {
+  CONCORD_API_BEGIN
+  require_out(port, "port");
+  *port = require(server, "server").server->port();
+  CONCORD_API_END
+}
+
+concord_status concord_store_server_destroy(concord_store_server_t server) {
+  CONCORD_API_BEGIN
+  delete server;
+  CONCORD_API_END
+}
+
+concord_status concord_store_connect(const char* host, int port, const char* token,
+                                     double timeout_s, concord_store_t* out) {
+  CONCORD_API_BEGIN
+  require_out(out, "out");
+  *out = nullptr;
+  require(host, "host");
+  if (port < 1 || port > 65535) concord::invalid_argument("port ", port, " outside 1..65535");
+  auto store = std::make_shared<concord::SharedStore>();
+  store->client =
+      std::make_unique<concord::StoreClient>(host, port, token ? token : "", seconds(timeout_s));
+  *out = new concord_store{std::move(store)};
+  CONCORD_API_END
+}
+
+concord_status concord_store_set(concord_store_t store, const char* key, const void* value,
+                                 size_t size) {
+  CONCORD_API_BEGIN
+  require(key, "key");
+  if (value == nullptr && size != 0) concord::invalid_argument("value is NULL but size is ", size);
+  auto& shared = *require(store, "store").store;
+  std::lock_guard lock(shared.mutex);
+  shared.client->set(key, std::string(static_cast<const char*>(value), size));
+  CONCORD_API_END
+}
+
+concord_status concord_store_get(concord_store_t store, const char* key, double timeout_s,
+                                 void* value, size_t capacity, size_t* size) {
+  CONCORD_API_BEGIN
+  require(key, "key");
+  require_out(size, "size");
+  if (value == nullptr && capacity != 0)
+    concord::invalid_argument("value is NULL but capacity is ", capacity);
+  auto& shared = *require(store, "store").store;
+  std::string data;
+  {
+    std::lock_guard lock(shared.mutex);
+    data = shared.client->get(key, seconds(timeout_s));
+  }
+  *size = data.size();
+  if (capacity != 0) std::memcpy(value, data.data(), std::min(capacity, data.size()));
+  CONCORD_API_END
+}
+
+concord_status concord_store_wait(concord_store_t store, const char* const* keys, size_t num_keys,
+                                  double timeout_s) {
+  CONCORD_API_BEGIN
+  if (keys == nullptr && num_keys != 0) concord::invalid_argument("keys is NULL");
+  std::vector<std::string> names;
+  for (size_t i = 0; i < num_keys; ++i) {
+    if (keys[i] == nullptr) concord::invalid_argument("keys[", i, "] is NULL");
+    names.emplace_back(keys[i]);
+  }
+  auto& shared = *require(store, "store").store;
+  std::lock_guard lock(shared.mutex);
+  shared.client->wait(names, seconds(timeout_s));
+  CONCORD_API_END
+}
+
+concord_status concord_store_add(concord_store_t store, const char* key, int64_t delta,
+                                 int64_t* result) {
+  CONCORD_API_BEGIN
+  require(key, "key");
+  auto& shared = *require(store, "store").store;
+  std::lock_guard lock(shared.mutex);
+  const std::int64_t value = shared.client->add(key, delta);
+  if (result != nullptr) *result = value;
+  CONCORD_API_END
+}
+
+concord_status concord_store_delete(concord_store_t store, const char* key, int* existed) {
+  CONCORD_API_BEGIN
+  require(key, "key");
+  auto& shared = *require(store, "store").store;
+  std::lock_guard lock(shared.mutex);
+  const bool was_there = shared.client->erase(key);
+  if (existed != nullptr) *existed = was_there ? 1 : 0;
+  CONCORD_API_END
+}
+
+concord_status concord_store_destroy(concord_store_t store) {
+  CONCORD_API_BEGIN
+  delete store;
+  CONCORD_API_END
+}
+
+// ---- communicators -----------------------------------------------------------
+
+concord_status concord_comm_init(const concord_comm_options* options, concord_comm_t* out) {
+  CONCORD_API_BEGIN
+  require_out(out, "out");
+  *out = nullptr;
+  concord_comm_options opts = CONCORD_COMM_OPTIONS_INIT;
+  if (options != nullptr) {
+    if (options->struct_size < offsetof(concord_comm_options, backend) + sizeof(const char*) ||
+        options->struct_size > sizeof(concord_comm_options))
+      concord::invalid_argument("options->struct_size is ", options->struct_size,
+                                "; set it to sizeof(concord_comm_options)");
+    opts = *options;
+  }
+  const std::string backend = opts.backend ? opts.backend : "auto";
+  if (backend != "auto" && backend != "shm")
+    concord::invalid_argument("unknown backend '", backend, "'; choose 'auto' or 'shm'");
+
+  concord::BootstrapArgs args;
+  if (opts.rank >= 0) args.rank = opts.rank;
+  if (opts.world_size >= 0) args.world_size = opts.world_size;
+  if (opts.master_addr != nullptr) args.master_addr = opts.master_addr;
+  if (opts.master_port != 0) args.master_port = opts.master_port;
+  if (opts.token != nullptr) args.token = opts.token;
+  concord::BootstrapConfig config = concord::resolve_bootstrap(args);
+  const double timeout_s = opts.timeout_s > 0 ? opts.timeout_s : default_timeout_s();
+
+  auto handle = std::make_unique<concord_comm>();
+  std::string store_host = config.master_addr;
+  int store_port = config.master_port;
+  if (config.world_size == 1) {
+    // Nobody to meet: a private store on a free loopback port.
+    handle->server = std::make_unique<concord::StoreServer>("127.0.0.1", 0, config.token);
+    store_host = "127.0.0.1";
+    store_port = handle->server->port();
+  } else if (config.serve_store) {
+    handle->server =
+        std::make_unique<concord::StoreServer>(config.master_addr, config.master_port, config.token);
+  }
+  auto store = std::make_shared<concord::SharedStore>();
+  store->client = std::make_unique<concord::StoreClient>(store_host, store_port, config.token,
+                                                         seconds(timeout_s));
+  handle->comm = make_communicator(std::move(store), "world", config.rank, config.world_size,
+                                   timeout_s);
+  *out = handle.release();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_init_from_env(concord_comm_t* out) {
+  return concord_comm_init(nullptr, out);
+}
+
+concord_status concord_comm_init_with_store(concord_store_t store, const char* name, int rank,
+                                            int size, double timeout_s, concord_comm_t* out) {
+  CONCORD_API_BEGIN
+  require_out(out, "out");
+  *out = nullptr;
+  require(name, "name");
+  auto shared = require(store, "store").store;
+  auto handle = std::make_unique<concord_comm>();
+  handle->comm = make_communicator(std::move(shared), name, rank, size,
+                                   timeout_s > 0 ? timeout_s : default_timeout_s());
+  *out = handle.release();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_split(concord_comm_t comm, int color, int key, concord_comm_t* out) {
+  CONCORD_API_BEGIN
+  require_out(out, "out");
+  *out = nullptr;
+  auto child = require(comm, "comm").comm->split(color, key);
+  if (child) *out = new concord_comm{nullptr, std::move(child)};
+  CONCORD_API_END
+}
+
+concord_status concord_comm_rank(concord_comm_t comm, int* rank) {
+  CONCORD_API_BEGIN
+  require_out(rank, "rank");
+  *rank = require(comm, "comm").comm->rank();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_size(concord_comm_t comm, int* size) {
+  CONCORD_API_BEGIN
+  require_out(size, "size");
+  *size = require(comm, "comm").comm->size();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_local_rank(concord_comm_t comm, int* local_rank) {
+  CONCORD_API_BEGIN
+  require_out(local_rank, "local_rank");
+  *local_rank = require(comm, "comm").comm->local_rank();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_backend(concord_comm_t comm, const char** name) {
+  CONCORD_API_BEGIN
+  require_out(name, "name");
+  *name = require(comm, "comm").comm->cpu_backend_name();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_timeout(concord_comm_t comm, double* timeout_s) {
+  CONCORD_API_BEGIN
+  require_out(timeout_s, "timeout_s");
+  *timeout_s = require(comm, "comm").comm->timeout_s();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_abort(concord_comm_t comm) {
+  CONCORD_API_BEGIN
+  require(comm, "comm").comm->abort();
+  CONCORD_API_END
+}
+
+concord_status concord_comm_destroy(concord_comm_t comm) {
+  CONCORD_API_BEGIN
+  delete comm;
+  CONCORD_API_END
+}
+
+// ---- collectives ---------------------------------------------------------------
+
+namespace {
+concord::TensorView view(const DLTensor* tensor, const char* role) {
+  return concord::TensorView::from_dlpack(tensor, role);
+}
+}  // namespace
+
+concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+                                  concord_reduce_op op, void* /*stream*/, concord_work_t* work) {
+  CONCORD_API_BEGIN
+  auto& c = *require(comm, "comm").comm;
+  store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(op),
+                                work != nullptr),
+             c.timeout_s());
+  CONCORD_API_END
+}
+
+concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+                                  void* /*stream*/, concord_work_t* work) {
+  CONCORD_API_BEGIN
+  auto& c = *require(comm, "comm").comm;
+  store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr),
+             c.timeout_s());
+  CONCORD_API_END
+}
+
+concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+                                      concord_reduce_op op, void* /*stream*/,
+                                      concord_work_t* work) {
+  CONCORD_API_BEGIN
+  auto& c = *require(comm, "comm").comm;
+  store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(op),
+                                    work != nullptr),
+             c.timeout_s());
+  CONCORD_API_END
+}
+
+concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+                                 int root, void* /*stream*/, concord_work_t* work) {
+  CONCORD_API_BEGIN
+  auto& c = *require(comm, "comm").comm;
+  const concord::TensorView out = view(recv, "recv");
+  // send is read on the root only; elsewhere it may be NULL.
+  const concord::TensorView in = send != nullptr || c.rank() == root ? view(send, "send") : out;
+  store_work(work, c.broadcast(in, out, root, work != nullptr), c.timeout_s());
+  CONCORD_API_END
+}
+
+concord_status concord_barrier(concord_comm_t comm, concord_work_t* work) {
+  CONCORD_API_BEGIN
+  auto& c = *require(comm, "comm").comm;
+  store_work(work, c.barrier(work != nullptr), c.timeout_s());
+  CONCORD_API_END
+}
+
+// ---- work ------------------------------------------------------------------------
+
+concord_status concord_work_wait(concord_work_t work, double timeout_s) {
+  CONCORD_API_BEGIN
+  auto& w = require(work, "work");
+  const double limit = timeout_s < 0 ? w.default_timeout_s : timeout_s;
+  if (!w.work->wait_for(seconds(limit)))
+    concord::fail(StatusCode::kTimeout, "work did not finish within ", limit, " s");
+  if (const concord::Status status = w.work->status(); !status.ok())
+    return record(status.code, status.message.c_str());
+  CONCORD_API_END
+}
+
+concord_status concord_work_test(concord_work_t work, int* done) {
+  CONCORD_API_BEGIN
+  require_out(done, "done");
+  auto& w = require(work, "work");
+  *done = w.work->done() ? 1 : 0;
+  if (*done) {
+    if (const concord::Status status = w.work->status(); !status.ok())
+      return record(status.code, status.message.c_str());
+  }
+  CONCORD_API_END
+}
+
+concord_status concord_work_destroy(concord_work_t work) {
+  CONCORD_API_BEGIN
+  delete work;
+  CONCORD_API_END
+}
+
+}  // extern "C"

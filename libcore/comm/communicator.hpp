@@ -1,0 +1,90 @@
+// A group of ranks and the collectives over it (DESIGN.md §2).
+//
+// The Communicator validates every call before any communication, numbers
+// the operations, keeps them in issue order (blocking calls run on the
+// caller's thread when nothing asynchronous is pending, otherwise behind it
+// on the progress thread) and picks the backend by device.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "base/tensor_view.hpp"
+#include "comm/backend.hpp"
+#include "comm/work.hpp"
+#include "kernels/reduce_op.hpp"
+
+namespace concord {
+
+class StoreClient;
+class ProgressThread;
+
+// A store client shared by a communicator and the ones split from it; the
+// client serves one call at a time.
+struct SharedStore {
+  std::mutex mutex;
+  std::unique_ptr<StoreClient> client;
+};
+
+class Communicator {
+ public:
+  // Collective over `size` ranks meeting under key prefix `name` in the store.
+  Communicator(std::shared_ptr<SharedStore> store, std::string name, int rank, int size,
+               double timeout_s);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  int local_rank() const noexcept { return local_rank_; }
+  double timeout_s() const noexcept { return timeout_s_; }
+  const char* cpu_backend_name() const noexcept;
+
+  // Ranks passing the same color form a communicator ordered by (key, rank);
+  // a negative color returns nullptr. Collective over this communicator.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // Each returns nullptr when blocking (async == false), after completion.
+  std::shared_ptr<Work> all_reduce(const TensorView& send, const TensorView& recv, ReduceOp op,
+                                   bool async);
+  std::shared_ptr<Work> all_gather(const TensorView& send, const TensorView& recv, bool async);
+  std::shared_ptr<Work> reduce_scatter(const TensorView& send, const TensorView& recv,
+                                       ReduceOp op, bool async);
+  std::shared_ptr<Work> broadcast(const TensorView& send, const TensorView& recv, int root,
+                                  bool async);
+  std::shared_ptr<Work> barrier(bool async);
+
+  // Fails pending and future collectives here and on the peers.
+  void abort() noexcept;
+
+ private:
+  Backend& backend_for(const Device& device, const char* op);
+  std::shared_ptr<Work> run(const char* op, Device device, std::function<void(Backend&, OpLabel)> body,
+                            bool async);
+  void execute(const char* op, std::uint64_t seq, Backend& backend,
+               const std::function<void(Backend&, OpLabel)>& body);
+  void check_usable(const char* op) const;
+
+  std::shared_ptr<SharedStore> store_;
+  std::string name_;
+  int rank_;
+  int size_;
+  int local_rank_ = 0;
+  double timeout_s_;
+  std::unique_ptr<Backend> cpu_backend_;
+  std::uint64_t next_seq_ = 0;
+  std::uint64_t splits_ = 0;
+
+  std::mutex execute_mutex_;  // one collective executes at a time
+  std::unique_ptr<ProgressThread> progress_;
+  mutable std::mutex failure_mutex_;
+  std::optional<Status> failure_;  // set by a timeout, a dead peer or abort
+};
+
+}  // namespace concord

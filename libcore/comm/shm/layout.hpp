@@ -1,0 +1,68 @@
+// Layout of the shared segment of the shm backend:
+//
+//   Header | RankControl[P] | Descriptor[2][P] | data[2][P][slot_bytes]
+//
+// Two data buffers alternate between pipeline steps, so a rank may fill the
+// next step's slot while peers still read the previous one.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace concord::shm {
+
+inline constexpr std::uint32_t kMagic = 0x434F4E44;  // "COND"
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::size_t kReasonBytes = 512;
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
+              "cross-process atomics must be lock-free");
+
+// One per rank, each on its own cache line: `step` counts the pipeline
+// steps the rank has published; peers wait on it (and sleep on it as a futex).
+struct alignas(kCacheLine) RankControl {
+  std::atomic<std::uint32_t> step;
+  std::int32_t pid;
+};
+
+// What a rank is about to do; compared across ranks at an operation's first
+// step so disagreeing ranks fail with Mismatch instead of hanging.
+struct alignas(kCacheLine) Descriptor {
+  std::uint64_t seq;
+  std::uint64_t count;
+  std::uint32_t kind;
+  std::int32_t dtype;
+  std::int32_t op;
+  std::int32_t root;
+};
+
+struct alignas(kCacheLine) Header {
+  std::uint32_t magic;
+  std::uint32_t nranks;
+  std::uint64_t slot_bytes;
+  alignas(kCacheLine) std::atomic<std::uint32_t> aborted;  // 0, or aborting rank + 1
+  alignas(kCacheLine) std::atomic<std::uint32_t> sleepers;  // ranks parked on a futex
+  char reason[kReasonBytes];
+};
+
+struct Layout {
+  std::size_t controls;
+  std::size_t descriptors;
+  std::size_t data;
+  std::size_t total;
+
+  static constexpr std::size_t align(std::size_t n, std::size_t to) {
+    return (n + to - 1) / to * to;
+  }
+  static Layout of(int nranks, std::size_t slot_bytes) {
+    Layout l{};
+    l.controls = align(sizeof(Header), kCacheLine);
+    l.descriptors = l.controls + align(sizeof(RankControl) * nranks, kCacheLine);
+    l.data = align(l.descriptors + sizeof(Descriptor) * 2 * nranks, 4096);
+    l.total = l.data + 2 * static_cast<std::size_t>(nranks) * slot_bytes;
+    return l;
+  }
+};
+
+}  // namespace concord::shm

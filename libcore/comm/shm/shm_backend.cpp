@@ -1,0 +1,448 @@
+#include "comm/shm/shm_backend.hpp"
+
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "base/env.hpp"
+#include "base/format.hpp"
+#include "comm/shm/futex.hpp"
+#include "kernels/cpu/reduce.hpp"
+#include "rendezvous/store.hpp"
+
+namespace concord::shm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Waiting: a short spin catches peers running on other cores; yielding lets
+// peers that share our core run (4 ranks on 2 cores); then sleep on a futex.
+constexpr int kSpinIterations = 256;
+constexpr int kYieldIterations = 64;
+constexpr long kSleepSliceMicros = 2000;
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
+constexpr std::uint32_t kAbortClaimed = 0xFFFFFFFFu;
+
+std::size_t align_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+// [begin, end) of the elements rank q reduces within a chunk of n elements;
+// parts are cache-line multiples so ranks never write the same line.
+struct Range {
+  std::size_t begin, end;
+  std::size_t size() const { return end - begin; }
+};
+Range part_of(int q, std::size_t n, int nranks, std::size_t elem_size) {
+  std::size_t per_line = std::max<std::size_t>(1, kCacheLine / elem_size);
+  std::size_t part = align_up((n + nranks - 1) / nranks, per_line);
+  std::size_t begin = std::min(n, part * q);
+  return {begin, std::min(n, begin + part)};
+}
+
+bool process_alive(pid_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // A dead child not yet reaped by its parent still answers kill().
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;
+  auto paren = text.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= text.size()) return true;
+  char state = text[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+std::string unique_segment_name() {
+  static std::atomic<unsigned> counter{0};
+  std::random_device rd;
+  char name[96];
+  std::snprintf(name, sizeof name, "/concord-%d-%u-%08x", static_cast<int>(getpid()),
+                counter.fetch_add(1), rd());
+  return name;
+}
+
+const char* kind_name(std::uint32_t kind) {
+  switch (kind) {
+    case 1: return "all_reduce";
+    case 2: return "all_gather";
+    case 3: return "reduce_scatter";
+    case 4: return "broadcast";
+    case 5: return "barrier";
+  }
+  return "unknown";
+}
+
+std::string describe(const Descriptor& d) {
+  std::string text = concat(kind_name(d.kind), " #", d.seq);
+  if (d.kind == 5) return text;
+  if (d.dtype >= 0)
+    text += concat(" (", dtype_name(static_cast<DType>(d.dtype)), ", ", d.count, " elements");
+  else
+    text += concat(" (", d.count, " bytes");
+  if (d.op >= 0) text += concat(", ", reduce_op_name(static_cast<ReduceOp>(d.op)));
+  if (d.root >= 0) text += concat(", root ", d.root);
+  return text + ")";
+}
+
+bool same_collective(const Descriptor& a, const Descriptor& b) {
+  return a.seq == b.seq && a.count == b.count && a.kind == b.kind && a.dtype == b.dtype &&
+         a.op == b.op && a.root == b.root;
+}
+
+}  // namespace
+
+ShmConfig ShmConfig::from_env(int nranks, double timeout_s) {
+  ShmConfig config;
+  config.timeout_s = timeout_s;
+  if (auto bytes = env::get_int("CONCORD_SHM_CHUNK_BYTES")) {
+    if (*bytes < 256)
+      invalid_argument("CONCORD_SHM_CHUNK_BYTES must be at least 256, got ", *bytes);
+    config.slot_bytes = static_cast<std::size_t>(*bytes);
+  } else {
+    // Keep the segment near 16 MiB on hosts with many ranks.
+    std::size_t budget = (16u << 20) / (2 * static_cast<std::size_t>(nranks));
+    config.slot_bytes = std::clamp<std::size_t>(budget, 64u << 10, 1u << 20);
+  }
+  config.slot_bytes = align_up(std::max(config.slot_bytes, nranks * kCacheLine), kCacheLine);
+  if (auto bytes = env::get_int("CONCORD_SHM_ONESHOT_BYTES")) {
+    if (*bytes < 0) invalid_argument("CONCORD_SHM_ONESHOT_BYTES must be >= 0, got ", *bytes);
+    config.one_shot_bytes = static_cast<std::size_t>(*bytes);
+  }
+  return config;
+}
+
+ShmBackend::ShmBackend(StoreClient& store, const std::string& name, int rank, int nranks,
+                       ShmConfig config)
+    : config_(config), rank_(rank), nranks_(nranks) {
+  const Layout layout = Layout::of(nranks, config.slot_bytes);
+  const auto timeout = std::chrono::duration<double>(config.timeout_s);
+  const std::string segment_key = name + "/shm/segment";
+  if (rank == 0) {
+    std::string segment_name = unique_segment_name();
+    segment_ = Segment::create(segment_name, layout.total);
+    auto* header = new (segment_.data()) Header{};
+    header->magic = kMagic;
+    header->nranks = static_cast<std::uint32_t>(nranks);
+    header->slot_bytes = config.slot_bytes;
+    store.set(segment_key, concat(segment_name, " ", layout.total));
+  } else {
+    std::istringstream published(store.get(segment_key, timeout));
+    std::string segment_name;
+    std::size_t total = 0;
+    published >> segment_name >> total;
+    if (total != layout.total)
+      fail(StatusCode::kMismatch, "ranks disagree on the shm segment size (", total, " vs ",
+           layout.total, " bytes): set CONCORD_SHM_CHUNK_BYTES alike on every rank");
+    segment_ = Segment::open(segment_name, total);
+  }
+  char* base = static_cast<char*>(segment_.data());
+  header_ = reinterpret_cast<Header*>(base);
+  controls_ = reinterpret_cast<RankControl*>(base + layout.controls);
+  descriptors_ = reinterpret_cast<Descriptor*>(base + layout.descriptors);
+  data_ = base + layout.data;
+  if (header_->magic != kMagic || header_->nranks != static_cast<std::uint32_t>(nranks))
+    fail(StatusCode::kMismatch, "shm segment of ", name, " was made for ", header_->nranks,
+         " ranks, this communicator has ", nranks);
+  controls_[rank].pid = static_cast<std::int32_t>(getpid());
+
+  // Once every rank has attached, the name is no longer needed: unlinking it
+  // now means nothing is left behind in /dev/shm whatever happens later.
+  const std::string attached_key = name + "/shm/attached";
+  const std::string ready_key = name + "/shm/all_attached";
+  if (store.add(attached_key, 1) == nranks) store.set(ready_key, "1");
+  if (rank == 0) {
+    store.wait({ready_key}, timeout);
+    segment_.unlink();
+  }
+}
+
+char* ShmBackend::slot(int buffer, int rank) const noexcept {
+  return data_ + (static_cast<std::size_t>(buffer) * nranks_ + rank) * config_.slot_bytes;
+}
+
+Descriptor& ShmBackend::descriptor(int buffer, int rank) const noexcept {
+  return descriptors_[buffer * nranks_ + rank];
+}
+
+ShmBackend::Step ShmBackend::next_step() noexcept {
+  return Step{static_cast<int>(buffer_turn_++ & 1u)};
+}
+
+void ShmBackend::begin(OpLabel label) {
+  deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(config_.timeout_s));
+  check_aborted(label);
+}
+
+void ShmBackend::publish_descriptor(const Step& step, OpLabel label, Kind kind, std::uint64_t count,
+                                    DType dtype, ReduceOp op, int root) noexcept {
+  Descriptor& d = descriptor(step.buffer, rank_);
+  d.seq = label.seq;
+  d.count = count;
+  d.kind = static_cast<std::uint32_t>(kind);
+  d.dtype = kind == Kind::kAllReduce || kind == Kind::kReduceScatter ? static_cast<int>(dtype) : -1;
+  d.op = kind == Kind::kAllReduce || kind == Kind::kReduceScatter ? static_cast<int>(op) : -1;
+  d.root = root;
+}
+
+void ShmBackend::check_descriptors(const Step& step, OpLabel label) {
+  const Descriptor& mine = descriptor(step.buffer, rank_);
+  std::string disagreeing;
+  for (int q = 0; q < nranks_; ++q) {
+    const Descriptor& theirs = descriptor(step.buffer, q);
+    if (!same_collective(mine, theirs))
+      disagreeing += concat("; rank ", q, " called ", describe(theirs));
+  }
+  if (!disagreeing.empty())
+    fail(StatusCode::kMismatch, label.name, " #", label.seq,
+         ": ranks disagree on the collective: rank ", rank_, " called ", describe(mine),
+         disagreeing);
+}
+
+void ShmBackend::sync(OpLabel label) {
+  const std::uint32_t target = ++step_;
+  controls_[rank_].step.store(target, std::memory_order_seq_cst);
+  if (header_->sleepers.load(std::memory_order_seq_cst) != 0)
+    futex_wake_all(&controls_[rank_].step);
+  for (int peer = 0; peer < nranks_; ++peer)
+    if (peer != rank_) wait_for_rank(peer, target, label);
+}
+
+void ShmBackend::wait_for_rank(int peer, std::uint32_t target, OpLabel label) {
+  std::atomic<std::uint32_t>& word = controls_[peer].step;
+  auto reached = [&] {
+    return static_cast<std::int32_t>(word.load(std::memory_order_acquire) - target) >= 0;
+  };
+  if (reached()) return;
+  for (int i = 0; i < kSpinIterations; ++i) {
+    cpu_relax();
+    if (reached()) return;
+  }
+  for (int i = 0; i < kYieldIterations; ++i) {
+    sched_yield();
+    if (reached()) return;
+  }
+  auto next_liveness_check = Clock::now();
+  for (;;) {
+    check_aborted(label);
+    const auto now = Clock::now();
+    if (now >= deadline_)
+      fail_waiting(label, target, StatusCode::kTimeout,
+                   concat("timed out after ", config_.timeout_s, " s"));
+    if (now >= next_liveness_check) {
+      if (!peer_alive(peer))
+        fail_waiting(label, target, StatusCode::kRemote,
+                     concat("rank ", peer, " (pid ", controls_[peer].pid, ") died"));
+      next_liveness_check = now + kLivenessPeriod;
+    }
+    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t seen = word.load(std::memory_order_seq_cst);
+    if (static_cast<std::int32_t>(seen - target) < 0) futex_wait(&word, seen, kSleepSliceMicros);
+    header_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached()) return;
+  }
+}
+
+void ShmBackend::fail_waiting(OpLabel label, std::uint32_t target, StatusCode code,
+                              const std::string& why) {
+  std::string missing;
+  for (int q = 0; q < nranks_; ++q) {
+    const auto seen = controls_[q].step.load(std::memory_order_acquire);
+    if (static_cast<std::int32_t>(seen - target) < 0)
+      missing += concat(missing.empty() ? "" : ", ", q);
+  }
+  std::string message = concat(label.name, " #", label.seq, " on rank ", rank_, " failed: ", why,
+                               "; not heard from ranks [", missing, "]");
+  abort(message.c_str());
+  throw Error(code, message);
+}
+
+void ShmBackend::check_aborted(OpLabel label) {
+  const std::uint32_t flag = header_->aborted.load(std::memory_order_acquire);
+  if (flag == 0 || flag == kAbortClaimed) return;
+  const int by = static_cast<int>(flag) - 1;
+  const StatusCode code = by == rank_ ? StatusCode::kAborted : StatusCode::kRemote;
+  fail(code, label.name, " #", label.seq, " on rank ", rank_, " failed: rank ", by,
+       " aborted the communicator: ", header_->reason);
+}
+
+void ShmBackend::abort(const char* reason) noexcept {
+  std::uint32_t expected = 0;
+  if (header_->aborted.compare_exchange_strong(expected, kAbortClaimed)) {
+    std::snprintf(header_->reason, kReasonBytes, "%s", reason);
+    header_->aborted.store(static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
+  }
+  for (int q = 0; q < nranks_; ++q) futex_wake_all(&controls_[q].step);
+}
+
+bool ShmBackend::peer_alive(int peer) const noexcept {
+  const pid_t pid = controls_[peer].pid;
+  if (pid == 0 || pid == getpid()) return true;
+  return process_alive(pid);
+}
+
+// ---- collectives -----------------------------------------------------------
+
+void ShmBackend::all_reduce(OpLabel label, const void* send, void* recv, std::size_t count,
+                            DType dtype, ReduceOp op) {
+  begin(label);
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (bytes <= std::min(config_.one_shot_bytes, config_.slot_bytes))
+    all_reduce_one_shot(label, send, recv, count, dtype, op);
+  else
+    all_reduce_pipelined(label, send, recv, count, dtype, op);
+}
+
+// Small messages: every rank publishes all its data and reduces everything;
+// one synchronisation in all.
+void ShmBackend::all_reduce_one_shot(OpLabel label, const void* send, void* recv,
+                                     std::size_t count, DType dtype, ReduceOp op) {
+  const Step step = next_step();
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (bytes != 0) std::memcpy(slot(step.buffer, rank_), send, bytes);
+  publish_descriptor(step, label, Kind::kAllReduce, count, dtype, op, -1);
+  sync(label);
+  check_descriptors(step, label);
+  if (count == 0) return;
+  std::vector<const void*> sources(nranks_);
+  for (int q = 0; q < nranks_; ++q) sources[q] = q == rank_ ? send : slot(step.buffer, q);
+  cpu::reduce_sources(recv, sources.data(), nranks_, count, dtype, op, nranks_);
+}
+
+// Large messages, chunk by chunk: each rank reduces its part of the chunk
+// reading every rank's slot (reduce-scatter), then copies the other parts
+// (all-gather). Every rank sums the sources in rank order, so all ranks get
+// bitwise-identical results.
+void ShmBackend::all_reduce_pipelined(OpLabel label, const void* send, void* recv,
+                                      std::size_t count, DType dtype, ReduceOp op) {
+  const std::size_t elem = dtype_size(dtype);
+  const std::size_t chunk = config_.slot_bytes / elem;
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::vector<const void*> sources(nranks_);
+  for (std::size_t offset = 0; offset < count; offset += chunk) {
+    const std::size_t n = std::min(chunk, count - offset);
+    const Step step = next_step();
+    char* mine = slot(step.buffer, rank_);
+    for (int q = 0; q < nranks_; ++q) {
+      const Range part = part_of(q, n, nranks_, elem);
+      if (q != rank_ && part.size() != 0)
+        std::memcpy(mine + part.begin * elem, in + (offset + part.begin) * elem, part.size() * elem);
+    }
+    const bool first = offset == 0;
+    if (first) publish_descriptor(step, label, Kind::kAllReduce, count, dtype, op, -1);
+    sync(label);
+    if (first) check_descriptors(step, label);
+
+    const Range own = part_of(rank_, n, nranks_, elem);
+    if (own.size() != 0) {
+      for (int q = 0; q < nranks_; ++q)
+        sources[q] = q == rank_ ? in + (offset + own.begin) * elem
+                                : slot(step.buffer, q) + own.begin * elem;
+      char* result = out + (offset + own.begin) * elem;
+      cpu::reduce_sources(result, sources.data(), nranks_, own.size(), dtype, op, nranks_);
+      std::memcpy(mine + own.begin * elem, result, own.size() * elem);
+    }
+    sync(label);
+    for (int q = 0; q < nranks_; ++q) {
+      const Range part = part_of(q, n, nranks_, elem);
+      if (q != rank_ && part.size() != 0)
+        std::memcpy(out + (offset + part.begin) * elem, slot(step.buffer, q) + part.begin * elem,
+                    part.size() * elem);
+    }
+  }
+}
+
+void ShmBackend::all_gather(OpLabel label, const void* send, void* recv, std::size_t bytes) {
+  begin(label);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(config_.slot_bytes, bytes - offset);
+    const Step step = next_step();
+    if (n != 0) std::memcpy(slot(step.buffer, rank_), in + offset, n);
+    const bool first = offset == 0;
+    if (first) publish_descriptor(step, label, Kind::kAllGather, bytes, DType::kUInt8, ReduceOp::kSum, -1);
+    sync(label);
+    if (first) check_descriptors(step, label);
+    for (int q = 0; q < nranks_ && n != 0; ++q) {
+      char* dst = out + static_cast<std::size_t>(q) * bytes + offset;
+      const char* src = q == rank_ ? in + offset : slot(step.buffer, q);
+      if (dst != src) std::memcpy(dst, src, n);
+    }
+    offset += n;
+  } while (offset < bytes);
+}
+
+void ShmBackend::reduce_scatter(OpLabel label, const void* send, void* recv, std::size_t count,
+                                DType dtype, ReduceOp op) {
+  begin(label);
+  const std::size_t elem = dtype_size(dtype);
+  // Each step moves `block` elements of every rank's block; a slot holds one
+  // such piece per destination rank.
+  const std::size_t block = config_.slot_bytes / (elem * nranks_);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::vector<const void*> sources(nranks_);
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(block, count - offset);
+    const Step step = next_step();
+    char* mine = slot(step.buffer, rank_);
+    for (int b = 0; b < nranks_ && n != 0; ++b)
+      if (b != rank_)
+        std::memcpy(mine + b * block * elem, in + (b * count + offset) * elem, n * elem);
+    const bool first = offset == 0;
+    if (first) publish_descriptor(step, label, Kind::kReduceScatter, count, dtype, op, -1);
+    sync(label);
+    if (first) check_descriptors(step, label);
+    if (n != 0) {
+      for (int q = 0; q < nranks_; ++q)
+        sources[q] = q == rank_ ? in + (rank_ * count + offset) * elem
+                                : slot(step.buffer, q) + rank_ * block * elem;
+      cpu::reduce_sources(out + offset * elem, sources.data(), nranks_, n, dtype, op, nranks_);
+    }
+    offset += n;
+  } while (offset < count);
+}
+
+void ShmBackend::broadcast(OpLabel label, const void* send, void* recv, std::size_t bytes,
+                           int root) {
+  begin(label);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(config_.slot_bytes, bytes - offset);
+    const Step step = next_step();
+    if (rank_ == root && n != 0) std::memcpy(slot(step.buffer, root), in + offset, n);
+    const bool first = offset == 0;
+    if (first) publish_descriptor(step, label, Kind::kBroadcast, bytes, DType::kUInt8, ReduceOp::kSum, root);
+    sync(label);
+    if (first) check_descriptors(step, label);
+    if (n != 0) {
+      const char* src = rank_ == root ? in + offset : slot(step.buffer, root);
+      if (out + offset != src) std::memcpy(out + offset, src, n);
+    }
+    offset += n;
+  } while (offset < bytes);
+}
+
+void ShmBackend::barrier(OpLabel label) {
+  begin(label);
+  const Step step = next_step();
+  publish_descriptor(step, label, Kind::kBarrier, 0, DType::kUInt8, ReduceOp::kSum, -1);
+  sync(label);
+  check_descriptors(step, label);
+}
+
+}  // namespace concord::shm

@@ -1,0 +1,175 @@
+// The C ABI as a C caller sees it: statuses, thread-local messages, NULL
+// handling, DLTensor validation and collectives with ranks as threads.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "concord/concord.h"
+
+namespace {
+
+DLTensor float_tensor(float* data, std::int64_t* shape, int ndim = 1, std::int64_t* strides = nullptr) {
+  DLTensor t{};
+  t.data = data;
+  t.device = {kDLCPU, 0};
+  t.ndim = ndim;
+  t.dtype = {kDLFloat, 32, 1};
+  t.shape = shape;
+  t.strides = strides;
+  return t;
+}
+
+// Runs body(rank, comm) on `nranks` threads meeting through one store server.
+template <typename Body>
+void with_ranks(int nranks, Body body) {
+  concord_store_server_t server = nullptr;
+  REQUIRE(concord_store_server_create("127.0.0.1", 0, "tok", &server) == CONCORD_OK);
+  int port = 0;
+  REQUIRE(concord_store_server_port(server, &port) == CONCORD_OK);
+  static int job = 0;
+  const std::string name = "cabi" + std::to_string(job++);
+  std::vector<std::thread> threads;
+  std::vector<concord_status> init_status(nranks, CONCORD_OK);
+  std::vector<concord_comm_t> comms(nranks, nullptr);
+  std::vector<concord_store_t> stores(nranks, nullptr);
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] {
+      init_status[r] = concord_store_connect("127.0.0.1", port, "tok", 10.0, &stores[r]);
+      if (init_status[r] == CONCORD_OK)
+        init_status[r] = concord_comm_init_with_store(stores[r], name.c_str(), r, nranks, 10.0, &comms[r]);
+    });
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < nranks; ++r) REQUIRE(init_status[r] == CONCORD_OK);
+  for (int r = 0; r < nranks; ++r) threads.emplace_back([&, r] { body(r, comms[r]); });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < nranks; ++r) {
+    CHECK(concord_comm_destroy(comms[r]) == CONCORD_OK);
+    CHECK(concord_store_destroy(stores[r]) == CONCORD_OK);
+  }
+  CHECK(concord_store_server_destroy(server) == CONCORD_OK);
+}
+
+}  // namespace
+
+TEST_CASE("versions agree between header and library", "[cabi]") {
+  CHECK(concord_version_code() == CONCORD_VERSION_CODE);
+  const std::string expected = std::to_string(CONCORD_VERSION_MAJOR) + "." +
+                               std::to_string(CONCORD_VERSION_MINOR) + "." +
+                               std::to_string(CONCORD_VERSION_PATCH);
+  CHECK(std::string(concord_version()) == expected);
+  const std::string info = concord_build_info();
+  CHECK(info.find("\"version\": \"" + expected + "\"") != std::string::npos);
+  CHECK(info.find("\"shm\": true") != std::string::npos);
+}
+
+TEST_CASE("every status has static text and destroy accepts NULL", "[cabi]") {
+  for (int s = CONCORD_OK; s <= CONCORD_ERR_INTERNAL; ++s)
+    CHECK(std::string(concord_status_string(static_cast<concord_status>(s))) != "unknown status");
+  CHECK(concord_comm_destroy(nullptr) == CONCORD_OK);
+  CHECK(concord_work_destroy(nullptr) == CONCORD_OK);
+  CHECK(concord_store_destroy(nullptr) == CONCORD_OK);
+  CHECK(concord_store_server_destroy(nullptr) == CONCORD_OK);
+}
+
+TEST_CASE("errors carry a thread-local message", "[cabi]") {
+  int rank = 0;
+  CHECK(concord_comm_rank(nullptr, &rank) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(concord_last_error()) == "comm is NULL");
+  std::string other_thread;
+  std::thread([&] { other_thread = concord_last_error(); }).join();
+  CHECK(other_thread.empty());
+}
+
+TEST_CASE("a world of one needs no launcher", "[cabi]") {
+  concord_comm_options options = CONCORD_COMM_OPTIONS_INIT;
+  options.rank = 0;
+  options.world_size = 1;
+  concord_comm_t comm = nullptr;
+  REQUIRE(concord_comm_init(&options, &comm) == CONCORD_OK);
+  int size = 0;
+  CHECK(concord_comm_size(comm, &size) == CONCORD_OK);
+  CHECK(size == 1);
+  const char* backend = nullptr;
+  CHECK(concord_comm_backend(comm, &backend) == CONCORD_OK);
+  CHECK(std::string(backend) == "shm");
+  float data[3] = {1, 2, 3};
+  std::int64_t shape[1] = {3};
+  DLTensor t = float_tensor(data, shape);
+  CHECK(concord_all_reduce(comm, &t, &t, CONCORD_MEAN, nullptr, nullptr) == CONCORD_OK);
+  CHECK(data[2] == 3.0f);
+  CHECK(concord_comm_destroy(comm) == CONCORD_OK);
+}
+
+TEST_CASE("collectives through the C ABI, blocking and asynchronous", "[cabi]") {
+  const int nranks = 3;
+  std::vector<std::string> failures(nranks);
+  with_ranks(nranks, [&](int rank, concord_comm_t comm) {
+    auto note = [&](const std::string& what) { if (failures[rank].empty()) failures[rank] = what; };
+    std::vector<float> x(1001);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(rank + 1) * float(i);
+    std::int64_t shape[1] = {1001};
+    DLTensor t = float_tensor(x.data(), shape);
+    concord_work_t work = nullptr;
+    if (concord_all_reduce(comm, &t, &t, CONCORD_SUM, nullptr, &work) != CONCORD_OK) note(concord_last_error());
+    if (concord_work_wait(work, -1.0) != CONCORD_OK) note(concord_last_error());
+    int done = 0;
+    if (concord_work_test(work, &done) != CONCORD_OK || done != 1) note("work_test after wait");
+    concord_work_destroy(work);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (x[i] != 6.0f * float(i)) { note("all_reduce value " + std::to_string(i)); break; }
+
+    float mine = float(rank), all[nranks] = {};
+    std::int64_t one[1] = {1}, three[1] = {nranks};
+    DLTensor s = float_tensor(&mine, one), g = float_tensor(all, three);
+    if (concord_all_gather(comm, &s, &g, nullptr, nullptr) != CONCORD_OK) note(concord_last_error());
+    for (int q = 0; q < nranks; ++q) if (all[q] != float(q)) note("all_gather");
+
+    float value = rank == 2 ? 42.0f : 0.0f;
+    DLTensor b = float_tensor(&value, one);
+    if (concord_broadcast(comm, rank == 2 ? &b : nullptr, &b, 2, nullptr, nullptr) != CONCORD_OK) note(concord_last_error());
+    if (value != 42.0f) note("broadcast");
+
+    if (concord_barrier(comm, nullptr) != CONCORD_OK) note(concord_last_error());
+  });
+  for (auto& f : failures) CHECK(f == "");
+}
+
+TEST_CASE("bad tensors and ops are rejected with specific messages", "[cabi][errors]") {
+  with_ranks(1, [](int, concord_comm_t comm) {
+    float data[6] = {};
+    std::int64_t shape[2] = {2, 3}, strides[2] = {1, 2};  // column-major
+    DLTensor t = float_tensor(data, shape, 2, strides);
+    CHECK(concord_all_reduce(comm, &t, &t, CONCORD_SUM, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(concord_last_error()).find("not contiguous") != std::string::npos);
+
+    DLTensor ok = float_tensor(data, shape, 2);
+    CHECK(concord_all_reduce(comm, &ok, &ok, static_cast<concord_reduce_op>(17), nullptr, nullptr) ==
+          CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(concord_last_error()).find("unknown reduction op 17") != std::string::npos);
+
+    DLTensor complex = ok;
+    complex.dtype = {5, 64, 1};
+    CHECK(concord_all_reduce(comm, &complex, &complex, CONCORD_SUM, nullptr, nullptr) ==
+          CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(concord_last_error()).find("unsupported dtype") != std::string::npos);
+
+    CHECK(concord_all_reduce(comm, nullptr, &ok, CONCORD_SUM, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(concord_last_error()) == "send tensor is NULL");
+  });
+}
+
+TEST_CASE("split through the C ABI", "[cabi]") {
+  std::vector<int> sizes(4, -1);
+  with_ranks(4, [&](int rank, concord_comm_t comm) {
+    concord_comm_t sub = nullptr;
+    if (concord_comm_split(comm, rank == 3 ? -1 : 0, rank, &sub) != CONCORD_OK) return;
+    if (sub == nullptr) { sizes[rank] = 0; return; }
+    concord_comm_size(sub, &sizes[rank]);
+    concord_comm_destroy(sub);
+  });
+  CHECK(sizes == std::vector<int>{3, 3, 3, 0});
+}

@@ -1,0 +1,396 @@
+// Collectives of the shm backend, ranks as threads, against references
+// computed here in double precision from every rank's inputs.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/format.hpp"
+#include "comm/communicator.hpp"
+#include "kernels/half.hpp"
+#include "spawn_ranks.hpp"
+
+using namespace concord;
+using concord::testing::spawn_ranks;
+
+namespace {
+
+constexpr DType kAllDTypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                                DType::kFloat64, DType::kInt8,     DType::kInt32,
+                                DType::kInt64,   DType::kUInt8,    DType::kBool};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
+                                ReduceOp::kMean};
+
+// Typed buffer holding values given as doubles.
+struct Buffer {
+  DType dtype;
+  std::vector<unsigned char> bytes;
+
+  Buffer(DType t, std::size_t n) : dtype(t), bytes(n * dtype_size(t)) {}
+  std::size_t size() const { return bytes.size() / dtype_size(dtype); }
+  void* data() { return bytes.data(); }
+
+  double get(std::size_t i) const {
+    const unsigned char* p = bytes.data() + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::kFloat16: { std::uint16_t h; std::memcpy(&h, p, 2); return fp16_to_float(h); }
+      case DType::kBFloat16: { std::uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
+      case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+      case DType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+      case DType::kInt8: return static_cast<std::int8_t>(*p);
+      case DType::kInt32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
+      case DType::kInt64: { std::int64_t v; std::memcpy(&v, p, 8); return double(v); }
+      case DType::kUInt8:
+      case DType::kBool: return *p;
+    }
+    return 0;
+  }
+  void set(std::size_t i, double v) {
+    unsigned char* p = bytes.data() + i * dtype_size(dtype);
+    switch (dtype) {
+      case DType::kFloat16: { auto h = float_to_fp16(float(v)); std::memcpy(p, &h, 2); break; }
+      case DType::kBFloat16: { auto h = float_to_bf16(float(v)); std::memcpy(p, &h, 2); break; }
+      case DType::kFloat32: { float f = float(v); std::memcpy(p, &f, 4); break; }
+      case DType::kFloat64: std::memcpy(p, &v, 8); break;
+      case DType::kInt8: *reinterpret_cast<std::int8_t*>(p) = std::int8_t(v); break;
+      case DType::kInt32: { auto x = std::int32_t(v); std::memcpy(p, &x, 4); break; }
+      case DType::kInt64: { auto x = std::int64_t(v); std::memcpy(p, &x, 8); break; }
+      case DType::kUInt8:
+      case DType::kBool: *p = static_cast<unsigned char>(v); break;
+    }
+  }
+  TensorView view() { return TensorView{bytes.data(), std::int64_t(size()), dtype, Device{}}; }
+};
+
+// Small values so integer sums and products of four ranks never overflow.
+Buffer random_buffer(DType dtype, std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Buffer b(dtype, n);
+  std::uniform_real_distribution<double> real(-1.0, 1.0);
+  std::uniform_int_distribution<int> small(-3, 3), unsigned_small(0, 3), bit(0, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kBool: b.set(i, bit(rng)); break;
+      case DType::kUInt8: b.set(i, unsigned_small(rng)); break;
+      case DType::kInt8: case DType::kInt32: case DType::kInt64: b.set(i, small(rng)); break;
+      default: b.set(i, real(rng)); break;
+    }
+  }
+  return b;
+}
+
+double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum: case ReduceOp::kMean: return a + b;
+    case ReduceOp::kProd: return a * b;
+    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kMin: return std::min(a, b);
+  }
+  return 0;
+}
+
+double finish(ReduceOp op, DType dtype, double acc, int nranks) {
+  if (op != ReduceOp::kMean) return acc;
+  if (dtype_is_floating(dtype)) return acc / nranks;
+  return std::trunc(acc / nranks);
+}
+
+double tolerance(DType dtype, double expected) {
+  const double scale = std::max(1.0, std::abs(expected));
+  switch (dtype) {
+    case DType::kFloat16: return 1e-3 * scale;
+    case DType::kBFloat16: return 8e-3 * scale;
+    case DType::kFloat32: return 1e-5 * scale;
+    case DType::kFloat64: return 1e-12 * scale;
+    default: return 0;
+  }
+}
+
+std::uint64_t seed_of(int rank, int case_id) { return 1000003ull * case_id + 7919ull * rank + 17; }
+
+// Checks out[i] against the reduction of the inputs of all ranks.
+std::string compare_reduced(const Buffer& out, std::size_t offset, ReduceOp op,
+                            const std::vector<Buffer>& inputs, std::size_t input_offset) {
+  const int nranks = int(inputs.size());
+  for (std::size_t i = 0; i < out.size() - offset && i < inputs[0].size() - input_offset; ++i) {
+    double acc = inputs[0].get(input_offset + i);
+    for (int q = 1; q < nranks; ++q) acc = combine(op, acc, inputs[q].get(input_offset + i));
+    const double expected = finish(op, out.dtype, acc, nranks);
+    const double got = out.get(offset + i);
+    if (!(std::abs(got - expected) <= tolerance(out.dtype, expected)))
+      return concat(dtype_name(out.dtype), " ", reduce_op_name(op), " element ", i, ": got ", got,
+                    ", expected ", expected);
+  }
+  return "";
+}
+
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("all_reduce matches a double-precision reference for every dtype and op", "[shm]") {
+  const std::size_t sizes[] = {0, 1, 7, 1000, 70001};
+  const char* chunk = GENERATE("4096", "default");
+  std::unique_ptr<ScopedEnv> env;
+  if (std::string(chunk) != "default") env = std::make_unique<ScopedEnv>("CONCORD_SHM_CHUNK_BYTES", chunk);
+  for (int nranks = 1; nranks <= 4; ++nranks) {
+    std::vector<std::string> failures(nranks);
+    spawn_ranks(nranks, [&](Communicator& comm) {
+      int case_id = 0;
+      for (DType dtype : kAllDTypes)
+        for (ReduceOp op : kAllOps) {
+          if (!reduce_op_supported(op, dtype)) continue;
+          for (std::size_t n : sizes) {
+            ++case_id;
+            std::vector<Buffer> inputs;
+            for (int q = 0; q < nranks; ++q) inputs.push_back(random_buffer(dtype, n, seed_of(q, case_id)));
+            Buffer send = inputs[comm.rank()];
+            Buffer recv(dtype, n);
+            comm.all_reduce(send.view(), recv.view(), op, false);
+            std::string error = compare_reduced(recv, 0, op, inputs, 0);
+            // In place: the same result, bit for bit.
+            Buffer inplace = inputs[comm.rank()];
+            comm.all_reduce(inplace.view(), inplace.view(), op, false);
+            if (error.empty() && inplace.bytes != recv.bytes) error = "in-place result differs";
+            if (error.empty() && send.bytes != inputs[comm.rank()].bytes) error = "send was modified";
+            if (!error.empty() && failures[comm.rank()].empty())
+              failures[comm.rank()] = concat("world ", nranks, " n=", n, ": ", error);
+          }
+        }
+    });
+    for (int r = 0; r < nranks; ++r) {
+      INFO("rank " << r << " chunk " << chunk);
+      CHECK(failures[r] == "");
+    }
+  }
+}
+
+TEST_CASE("large all_reduce pipelines through many chunks and ranks agree bitwise", "[shm]") {
+  ScopedEnv env("CONCORD_SHM_CHUNK_BYTES", "65536");
+  const std::size_t n = 1000003;
+  for (int nranks : {2, 3, 4}) {
+    std::vector<Buffer> outputs(nranks, Buffer(DType::kFloat32, 0));
+    std::vector<std::string> failures(nranks);
+    spawn_ranks(nranks, [&](Communicator& comm) {
+      std::vector<Buffer> inputs;
+      for (int q = 0; q < nranks; ++q) inputs.push_back(random_buffer(DType::kFloat32, n, seed_of(q, 99)));
+      Buffer recv(DType::kFloat32, n);
+      comm.all_reduce(inputs[comm.rank()].view(), recv.view(), ReduceOp::kSum, false);
+      failures[comm.rank()] = compare_reduced(recv, 0, ReduceOp::kSum, inputs, 0);
+      outputs[comm.rank()] = std::move(recv);
+    });
+    for (int r = 0; r < nranks; ++r) {
+      CHECK(failures[r] == "");
+      CHECK(outputs[r].bytes == outputs[0].bytes);
+    }
+  }
+}
+
+TEST_CASE("all_gather, reduce_scatter and broadcast match references", "[shm]") {
+  const char* chunk = GENERATE("256", "default");
+  std::unique_ptr<ScopedEnv> env;
+  if (std::string(chunk) != "default") env = std::make_unique<ScopedEnv>("CONCORD_SHM_CHUNK_BYTES", chunk);
+  const std::size_t sizes[] = {0, 1, 7, 1000, 30011};
+  for (int nranks = 1; nranks <= 4; ++nranks) {
+    std::vector<std::string> failures(nranks);
+    spawn_ranks(nranks, [&](Communicator& comm) {
+      int case_id = 0;
+      auto note = [&](const std::string& what) {
+        if (!what.empty() && failures[comm.rank()].empty())
+          failures[comm.rank()] = concat("world ", nranks, " case ", case_id, ": ", what);
+      };
+      for (DType dtype : kAllDTypes)
+        for (std::size_t n : sizes) {
+          ++case_id;
+          std::vector<Buffer> inputs;
+          for (int q = 0; q < nranks; ++q) inputs.push_back(random_buffer(dtype, n, seed_of(q, case_id)));
+
+          Buffer gathered(dtype, n * nranks);
+          comm.all_gather(inputs[comm.rank()].view(), gathered.view(), false);
+          for (int q = 0; q < nranks; ++q)
+            if (std::memcmp(gathered.bytes.data() + q * inputs[q].bytes.size(), inputs[q].bytes.data(),
+                            inputs[q].bytes.size()) != 0)
+              note(concat("all_gather block ", q, " differs"));
+
+          const int root = int(case_id % nranks);
+          Buffer received(dtype, n);
+          Buffer& source = comm.rank() == root ? inputs[root] : received;
+          comm.broadcast(source.view(), received.view(), root, false);
+          if (received.bytes != inputs[root].bytes) note(concat("broadcast from root ", root, " differs"));
+
+          const ReduceOp op = dtype == DType::kBool ? ReduceOp::kMax : ReduceOp::kSum;
+          std::vector<Buffer> blocks;  // every rank sends nranks blocks of n
+          for (int q = 0; q < nranks; ++q)
+            blocks.push_back(random_buffer(dtype, n * nranks, seed_of(q, case_id + 5000)));
+          Buffer scattered(dtype, n);
+          comm.reduce_scatter(blocks[comm.rank()].view(), scattered.view(), op, false);
+          note(compare_reduced(scattered, 0, op, blocks, comm.rank() * n));
+        }
+    });
+    for (int r = 0; r < nranks; ++r) {
+      INFO("rank " << r << " chunk " << chunk);
+      CHECK(failures[r] == "");
+    }
+  }
+}
+
+TEST_CASE("asynchronous collectives complete in issue order", "[shm]") {
+  ScopedEnv env("CONCORD_SHM_CHUNK_BYTES", "4096");
+  const int nranks = 3;
+  std::vector<std::string> failures(nranks);
+  spawn_ranks(nranks, [&](Communicator& comm) {
+    std::vector<std::vector<Buffer>> inputs(4);
+    std::vector<Buffer> outputs;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 4; ++k) {
+      for (int q = 0; q < nranks; ++q) inputs[k].push_back(random_buffer(DType::kFloat32, 5000 + k, seed_of(q, 300 + k)));
+      outputs.emplace_back(DType::kFloat32, 5000 + k);
+    }
+    for (int k = 0; k < 3; ++k)
+      works.push_back(comm.all_reduce(inputs[k][comm.rank()].view(), outputs[k].view(), ReduceOp::kSum, true));
+    // A blocking call behind pending ones runs after them.
+    comm.all_reduce(inputs[3][comm.rank()].view(), outputs[3].view(), ReduceOp::kSum, false);
+    for (auto& w : works) {
+      if (!w->wait_for(std::chrono::seconds(30))) failures[comm.rank()] = "work did not finish";
+      if (!w->status().ok()) failures[comm.rank()] = w->status().message;
+    }
+    for (int k = 0; k < 4 && failures[comm.rank()].empty(); ++k)
+      failures[comm.rank()] = compare_reduced(outputs[k], 0, ReduceOp::kSum, inputs[k], 0);
+  });
+  for (int r = 0; r < nranks; ++r) CHECK(failures[r] == "");
+}
+
+TEST_CASE("split forms sub-communicators ordered by key", "[shm]") {
+  const int nranks = 4;
+  std::vector<std::vector<int>> seen(nranks);
+  spawn_ranks(nranks, [&](Communicator& comm) {
+    // Colors: even and odd ranks; keys reverse the order within a color.
+    auto sub = comm.split(comm.rank() % 2, -comm.rank());
+    std::int32_t mine = comm.rank(), gathered[2] = {-1, -1};
+    sub->all_gather(TensorView{&mine, 1, DType::kInt32, {}}, TensorView{gathered, 2, DType::kInt32, {}}, false);
+    seen[comm.rank()] = {sub->rank(), sub->size(), gathered[0], gathered[1]};
+    auto none = comm.split(-1, 0);
+    if (none) seen[comm.rank()].push_back(999);
+  });
+  CHECK(seen[0] == std::vector<int>{1, 2, 2, 0});
+  CHECK(seen[1] == std::vector<int>{1, 2, 3, 1});
+  CHECK(seen[2] == std::vector<int>{0, 2, 2, 0});
+  CHECK(seen[3] == std::vector<int>{0, 2, 3, 1});
+}
+
+namespace {
+
+// Runs `body` on each rank and returns the status each rank ended with.
+std::vector<Status> statuses_of(int nranks, double timeout_s,
+                                const std::function<void(Communicator&)>& body) {
+  std::vector<Status> statuses(nranks);
+  spawn_ranks(nranks, [&](Communicator& comm) {
+    try {
+      body(comm);
+    } catch (const Error& e) {
+      statuses[comm.rank()] = e.status();
+    }
+  }, timeout_s);
+  return statuses;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("bad arguments fail before any communication", "[shm][errors]") {
+  auto statuses = statuses_of(1, 5.0, [](Communicator& comm) {
+    std::uint8_t flags[4] = {};
+    comm.all_reduce(TensorView{flags, 4, DType::kBool, {}}, TensorView{flags, 4, DType::kBool, {}},
+                    ReduceOp::kSum, false);
+  });
+  CHECK(statuses[0].code == StatusCode::kInvalidArgument);
+  CHECK(contains(statuses[0].message, "bool"));
+
+  statuses = statuses_of(2, 5.0, [](Communicator& comm) {
+    float a[4] = {}, b[3] = {};
+    comm.all_reduce(TensorView{a, 4, DType::kFloat32, {}}, TensorView{b, 3, DType::kFloat32, {}},
+                    ReduceOp::kSum, false);
+  });
+  for (auto& s : statuses) {
+    CHECK(s.code == StatusCode::kInvalidArgument);
+    CHECK(s.message == "all_reduce: recv holds 3 elements, send holds 4");
+  }
+
+  statuses = statuses_of(2, 5.0, [](Communicator& comm) {
+    float a[4] = {};
+    comm.broadcast(TensorView{a, 4, DType::kFloat32, {}}, TensorView{a, 4, DType::kFloat32, {}}, 2, false);
+  });
+  for (auto& s : statuses) CHECK(s.message == "broadcast: root 2 is outside [0, 2)");
+
+  statuses = statuses_of(1, 5.0, [](Communicator& comm) {
+    float a[4] = {};
+    comm.all_reduce(TensorView{a, 4, DType::kFloat32, {DeviceKind::kCUDA, 0}},
+                    TensorView{a, 4, DType::kFloat32, {}}, ReduceOp::kSum, false);
+  });
+  CHECK(statuses[0].code == StatusCode::kInvalidArgument);
+  CHECK(statuses[0].message == "all_reduce: send is on cuda:0 but recv is on cpu:0");
+}
+
+TEST_CASE("ranks that disagree on a collective get Mismatch, not a hang", "[shm][errors]") {
+  auto statuses = statuses_of(3, 10.0, [](Communicator& comm) {
+    std::vector<float> data(comm.rank() == 1 ? 20 : 10, 1.0f);
+    TensorView v{data.data(), std::int64_t(data.size()), DType::kFloat32, {}};
+    comm.all_reduce(v, v, ReduceOp::kSum, false);
+  });
+  for (auto& s : statuses) {
+    CHECK(s.code == StatusCode::kMismatch);
+    CHECK(contains(s.message, "rank 1 called all_reduce #0 (float32, 20 elements, sum)"));
+  }
+}
+
+TEST_CASE("a rank that never arrives times out naming the op and the silent ranks", "[shm][errors]") {
+  const auto start = std::chrono::steady_clock::now();
+  auto statuses = statuses_of(3, 1.0, [](Communicator& comm) {
+    if (comm.rank() == 2) return;
+    float x = 1;
+    comm.all_reduce(TensorView{&x, 1, DType::kFloat32, {}}, TensorView{&x, 1, DType::kFloat32, {}},
+                    ReduceOp::kSum, false);
+  });
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(elapsed < 5.0);
+  // Whichever of ranks 0 and 1 times out first aborts; the other sees that.
+  for (int r : {0, 1}) {
+    INFO(statuses[r].message);
+    CHECK((statuses[r].code == StatusCode::kTimeout || statuses[r].code == StatusCode::kRemote));
+    CHECK(contains(statuses[r].message, "all_reduce #0"));
+  }
+  const bool someone_timed_out = statuses[0].code == StatusCode::kTimeout || statuses[1].code == StatusCode::kTimeout;
+  CHECK(someone_timed_out);
+  for (int r : {0, 1})
+    if (statuses[r].code == StatusCode::kTimeout) CHECK(contains(statuses[r].message, "not heard from ranks [2]"));
+}
+
+TEST_CASE("abort makes the peers fail fast and the communicator unusable", "[shm][errors]") {
+  auto statuses = statuses_of(2, 20.0, [](Communicator& comm) {
+    float x = 1;
+    TensorView v{&x, 1, DType::kFloat32, {}};
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm.abort();
+      comm.all_reduce(v, v, ReduceOp::kSum, false);
+    } else {
+      comm.all_reduce(v, v, ReduceOp::kSum, false);
+    }
+  });
+  CHECK(statuses[0].code == StatusCode::kAborted);
+  CHECK(statuses[1].code == StatusCode::kRemote);
+  CHECK(contains(statuses[1].message, "rank 0 aborted the communicator"));
+}
