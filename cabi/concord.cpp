@@ -1,13 +1,12 @@
 // The C ABI: a thin layer that validates handles, converts DLTensors to
 // views and maps exceptions to a status plus a thread-local message.
-#include "concord/concord.h"
-
 #include <cstring>
 #include <memory>
 #include <vector>
 #include <new>
 #include <string>
 
+#include "abi_support.hpp"
 #include "base/env.hpp"
 #include "base/format.hpp"
 #include "base/tensor_view.hpp"
@@ -15,29 +14,11 @@
 #include "rendezvous/bootstrap.hpp"
 #include "rendezvous/store.hpp"
 
-struct concord_store_server {
-  std::unique_ptr<concord::StoreServer> server;
-};
-
-struct concord_store {
-  std::shared_ptr<concord::SharedStore> store;
-};
-
-struct concord_comm {
-  std::unique_ptr<concord::StoreServer> server;  // set when this rank serves the store; outlives comm
-  std::unique_ptr<concord::Communicator> comm;
-};
-
-struct concord_work {
-  std::shared_ptr<concord::Work> work;
-  double default_timeout_s;
-};
+namespace concord::cabi {
 
 namespace {
-
-using concord::StatusCode;
-
 thread_local std::string last_error;
+}  // namespace
 
 concord_status record(StatusCode code, const char* message) noexcept {
   try {
@@ -47,29 +28,28 @@ concord_status record(StatusCode code, const char* message) noexcept {
   return static_cast<concord_status>(code);
 }
 
-template <typename T>
-T& require(T* handle, const char* what) {
-  if (handle == nullptr) concord::invalid_argument(what, " is NULL");
-  return *handle;
-}
-
-template <typename T>
-void require_out(T* out, const char* what) {
-  if (out == nullptr) concord::invalid_argument("output pointer ", what, " is NULL");
-}
-
-concord::ReduceOp to_reduce_op(concord_reduce_op op) {
+ReduceOp to_reduce_op(concord_reduce_op op) {
   switch (op) {
-    case CONCORD_SUM: return concord::ReduceOp::kSum;
-    case CONCORD_PROD: return concord::ReduceOp::kProd;
-    case CONCORD_MAX: return concord::ReduceOp::kMax;
-    case CONCORD_MIN: return concord::ReduceOp::kMin;
-    case CONCORD_MEAN: return concord::ReduceOp::kMean;
+    case CONCORD_SUM: return ReduceOp::kSum;
+    case CONCORD_PROD: return ReduceOp::kProd;
+    case CONCORD_MAX: return ReduceOp::kMax;
+    case CONCORD_MIN: return ReduceOp::kMin;
+    case CONCORD_MEAN: return ReduceOp::kMean;
   }
-  concord::invalid_argument("unknown reduction op ", static_cast<int>(op),
-                            "; valid: CONCORD_SUM, CONCORD_PROD, CONCORD_MAX, CONCORD_MIN, "
-                            "CONCORD_MEAN");
+  invalid_argument("unknown reduction op ", static_cast<int>(op),
+                   "; valid: CONCORD_SUM, CONCORD_PROD, CONCORD_MAX, CONCORD_MIN, CONCORD_MEAN");
 }
+
+}  // namespace concord::cabi
+
+namespace {
+
+using concord::StatusCode;
+using concord::cabi::record;
+using concord::cabi::require;
+using concord::cabi::require_out;
+using concord::cabi::to_reduce_op;
+using concord::cabi::view;
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
 
@@ -98,23 +78,6 @@ void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work, double
 }
 
 }  // namespace
-
-#define CONCORD_API_BEGIN try {
-#define CONCORD_API_END                                                  \
-  }                                                                      \
-  catch (const concord::Error& e) {                                      \
-    return record(e.code(), e.what());                                   \
-  }                                                                      \
-  catch (const std::bad_alloc&) {                                        \
-    return record(StatusCode::kOutOfMemory, "out of memory");            \
-  }                                                                      \
-  catch (const std::exception& e) {                                      \
-    return record(StatusCode::kInternal, e.what());                      \
-  }                                                                      \
-  catch (...) {                                                          \
-    return record(StatusCode::kInternal, "unknown internal error");      \
-  }                                                                      \
-  return CONCORD_OK;
 
 extern "C" {
 
@@ -146,7 +109,7 @@ const char* concord_status_string(concord_status status) {
   return "unknown status";
 }
 
-const char* concord_last_error(void) { return last_error.c_str(); }
+const char* concord_last_error(void) { return concord::cabi::last_error.c_str(); }
 
 // ---- store -------------------------------------------------------------------
 
@@ -384,12 +347,6 @@ concord_status concord_comm_destroy(concord_comm_t comm) {
 
 // ---- collectives ---------------------------------------------------------------
 
-namespace {
-concord::TensorView view(const DLTensor* tensor, const char* role) {
-  return concord::TensorView::from_dlpack(tensor, role);
-}
-}  // namespace
-
 concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                   concord_reduce_op op, void* /*stream*/, concord_work_t* work) {
   CONCORD_API_BEGIN
@@ -435,6 +392,21 @@ concord_status concord_barrier(concord_comm_t comm, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
   store_work(work, c.barrier(work != nullptr), c.timeout_s());
+  CONCORD_API_END
+}
+
+concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
+                                        size_t num_tensors, concord_reduce_op op, void* /*stream*/,
+                                        concord_work_t* work) {
+  CONCORD_API_BEGIN
+  auto& c = *require(comm, "comm").comm;
+  if (tensors == nullptr && num_tensors != 0) concord::invalid_argument("tensors is NULL");
+  std::vector<concord::TensorView> views;
+  views.reserve(num_tensors);
+  for (size_t i = 0; i < num_tensors; ++i)
+    views.push_back(view(tensors[i], concord::concat("tensors[", i, "]").c_str()));
+  store_work(work, c.all_reduce_multi(std::move(views), to_reduce_op(op), work != nullptr),
+             c.timeout_s());
   CONCORD_API_END
 }
 

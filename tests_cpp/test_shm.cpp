@@ -394,3 +394,26 @@ TEST_CASE("abort makes the peers fail fast and the communicator unusable", "[shm
   CHECK(statuses[1].code == StatusCode::kRemote);
   CHECK(contains(statuses[1].message, "rank 0 aborted the communicator"));
 }
+
+TEST_CASE("all_reduce_multi reduces tensors of mixed dtypes in place", "[shm]") {
+  const int nranks = 3;
+  std::vector<std::string> failures(nranks);
+  spawn_ranks(nranks, [&](Communicator& comm) {
+    const DType dtypes[] = {DType::kFloat32, DType::kInt64, DType::kFloat32, DType::kBFloat16, DType::kInt64};
+    const std::size_t sizes[] = {7, 0, 1000, 33, 1};
+    std::vector<std::vector<Buffer>> inputs(5);
+    std::vector<Buffer> mine;
+    std::vector<TensorView> views;
+    for (int i = 0; i < 5; ++i) {
+      for (int q = 0; q < nranks; ++q) inputs[i].push_back(random_buffer(dtypes[i], sizes[i], seed_of(q, 700 + i)));
+      mine.push_back(inputs[i][comm.rank()]);
+    }
+    for (auto& b : mine) views.push_back(b.view());
+    auto work = comm.all_reduce_multi(views, ReduceOp::kSum, true);
+    work->wait_for(std::chrono::seconds(30));
+    if (!work->status().ok()) failures[comm.rank()] = work->status().message;
+    for (int i = 0; i < 5 && failures[comm.rank()].empty(); ++i)
+      failures[comm.rank()] = compare_reduced(mine[i], 0, ReduceOp::kSum, inputs[i], 0);
+  });
+  for (auto& f : failures) CHECK(f == "");
+}

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -217,6 +218,42 @@ std::shared_ptr<Work> Communicator::broadcast(const TensorView& send, const Tens
 
 std::shared_ptr<Work> Communicator::barrier(bool async) {
   return run("barrier", Device{}, [](Backend& b, OpLabel label) { b.barrier(label); }, async);
+}
+
+std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> tensors, ReduceOp op,
+                                                     bool async) {
+  const Device device = tensors.empty() ? Device{} : tensors.front().device;
+  std::vector<DType> dtypes;  // in order of first appearance, the same on every rank
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& t = tensors[i];
+    if (!(t.device == device))
+      invalid_argument("all_reduce_multi: tensor ", i, " is on ", device_kind_name(t.device.kind),
+                       ":", t.device.id, " but tensor 0 is on ", device_kind_name(device.kind), ":",
+                       device.id);
+    check_reduce_op(op, t.dtype);
+    if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end()) dtypes.push_back(t.dtype);
+  }
+  return run("all_reduce_multi", device, [tensors = std::move(tensors), dtypes, op](Backend& b, OpLabel label) {
+    for (DType dtype : dtypes) {
+      std::size_t bytes = 0;
+      for (const TensorView& t : tensors)
+        if (t.dtype == dtype) bytes += t.nbytes();
+      std::vector<unsigned char> packed(bytes);
+      std::size_t offset = 0;
+      for (const TensorView& t : tensors)
+        if (t.dtype == dtype && t.numel != 0) {
+          std::memcpy(packed.data() + offset, t.data, t.nbytes());
+          offset += t.nbytes();
+        }
+      b.all_reduce(label, packed.data(), packed.data(), bytes / dtype_size(dtype), dtype, op);
+      offset = 0;
+      for (const TensorView& t : tensors)
+        if (t.dtype == dtype && t.numel != 0) {
+          std::memcpy(t.data, packed.data() + offset, t.nbytes());
+          offset += t.nbytes();
+        }
+    }
+  }, async);
 }
 
 }  // namespace concord

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/tensor_view.hpp"
 #include "comm/backend.hpp"
@@ -59,6 +60,9 @@ class Communicator {
   std::shared_ptr<Work> broadcast(const TensorView& send, const TensorView& recv, int root,
                                   bool async);
   std::shared_ptr<Work> barrier(bool async);
+  // All-reduces every tensor in place: packed into one buffer per dtype,
+  // one collective per dtype, then unpacked.
+  std::shared_ptr<Work> all_reduce_multi(std::vector<TensorView> tensors, ReduceOp op, bool async);
 
   // Fails pending and future collectives here and on the peers.
   void abort() noexcept;

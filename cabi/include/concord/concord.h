@@ -185,6 +185,141 @@ CONCORD_API concord_status concord_work_wait(concord_work_t work, double timeout
 CONCORD_API concord_status concord_work_test(concord_work_t work, int* done);
 CONCORD_API concord_status concord_work_destroy(concord_work_t work);
 
+/* ---- multi-tensor collectives ------------------------------------------ */
+
+/* All-reduces every tensor in place as one fused collective per dtype: the
+ * tensors are packed into one buffer, reduced, and unpacked. */
+CONCORD_API concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
+                                                    size_t num_tensors, concord_reduce_op op,
+                                                    void* stream, concord_work_t* work);
+
+/* ---- data parallel: gradient buckets ------------------------------------ */
+
+typedef struct concord_grad_sync* concord_grad_sync_t;
+
+typedef enum concord_compress {
+  CONCORD_COMPRESS_NONE = 0,
+  CONCORD_COMPRESS_BF16 = 1, /* float32 gradients travel as bfloat16 */
+  CONCORD_COMPRESS_FP16 = 2  /* float32 gradients travel as float16 */
+} concord_compress;
+
+typedef struct concord_grad_sync_options {
+  size_t struct_size;      /* sizeof(concord_grad_sync_options) */
+  double bucket_cap_mb;    /* capacity of every bucket after the first */
+  double first_bucket_mb;  /* capacity of the first bucket */
+  concord_reduce_op op;    /* CONCORD_MEAN or CONCORD_SUM */
+  concord_compress compress;
+} concord_grad_sync_options;
+
+#define CONCORD_GRAD_SYNC_OPTIONS_INIT \
+  { sizeof(concord_grad_sync_options), 25.0, 1.0, CONCORD_MEAN, CONCORD_COMPRESS_NONE }
+
+/* Plans buckets for gradients shaped like `grads` (dtype, shape, device;
+ * data is not read). Buckets are filled in `ready_order` (a permutation of
+ * 0..num_grads-1; NULL = reverse parameter order, as backward produces
+ * them): the first holds up to first_bucket_mb, later ones bucket_cap_mb; a
+ * bucket holds one dtype. Collective: every rank must plan the same. */
+CONCORD_API concord_status concord_grad_sync_create(concord_comm_t comm, const DLTensor* const* grads,
+                                                    size_t num_grads, const int64_t* ready_order,
+                                                    const concord_grad_sync_options* options,
+                                                    concord_grad_sync_t* out);
+CONCORD_API concord_status concord_grad_sync_num_buckets(concord_grad_sync_t sync, size_t* num_buckets);
+CONCORD_API concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t index,
+                                                       size_t* bucket);
+/* Packs gradient `index` into its bucket (scaling and compressing on the
+ * way); once every gradient of the bucket is marked, the bucket's
+ * all-reduce starts asynchronously. `grad` must stay valid until wait. */
+CONCORD_API concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
+                                                        DLTensor* grad);
+/* Waits for every bucket and unpacks the results into the gradients given
+ * to mark_ready; every gradient must have been marked. Ready for the next
+ * step afterwards. */
+CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync);
+CONCORD_API concord_status concord_grad_sync_destroy(concord_grad_sync_t sync);
+
+/* ---- data parallel: fused optimizers ------------------------------------ */
+
+typedef struct concord_sgd_options {
+  size_t struct_size;
+  double lr;
+  double momentum;
+  double weight_decay;
+  int nesterov;
+  int64_t step; /* 1 on the first step: momentum buffers start as the gradient */
+} concord_sgd_options;
+
+#define CONCORD_SGD_OPTIONS_INIT { sizeof(concord_sgd_options), 0.01, 0.0, 0.0, 0, 1 }
+
+/* One SGD step over all tensors in one call (torch.optim.SGD semantics).
+ * momentum_buffers may be NULL when momentum == 0. params, grads and
+ * buffers share dtype (float32 or float64) and shapes pairwise. */
+CONCORD_API concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
+                                            DLTensor* const* params, const DLTensor* const* grads,
+                                            DLTensor* const* momentum_buffers);
+
+typedef struct concord_adamw_options {
+  size_t struct_size;
+  double lr;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;
+  int64_t step; /* 1-based count including this step, for bias correction */
+} concord_adamw_options;
+
+#define CONCORD_ADAMW_OPTIONS_INIT \
+  { sizeof(concord_adamw_options), 0.001, 0.9, 0.999, 1e-8, 0.01, 1 }
+
+/* One AdamW step over all tensors in one call (torch.optim.AdamW semantics,
+ * decoupled weight decay). */
+CONCORD_API concord_status concord_adamw_step(const concord_adamw_options* options,
+                                              size_t num_tensors, DLTensor* const* params,
+                                              const DLTensor* const* grads, DLTensor* const* exp_avg,
+                                              DLTensor* const* exp_avg_sq);
+
+/* Sum of squares of every element of every tensor, in one pass (float64
+ * accumulation); the L2 norm is its square root. */
+CONCORD_API concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
+                                                  double* result);
+/* tensors[i] *= scale for every tensor, in one call. */
+CONCORD_API concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale);
+
+/* ---- metrics: update kernels --------------------------------------------
+ * States are tensors the caller owns (CPU now, CUDA with the nccl plugin);
+ * updates accumulate into them with no communication. Shapes and ranges of
+ * the inputs are checked and reported as CONCORD_ERR_INVALID_ARGUMENT. */
+
+/* state (float64, shape [2]) += [sum(values * weights), sum(weights)];
+ * weights NULL means 1 per value (state[1] then counts values). */
+CONCORD_API concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,
+                                                       const DLTensor* weights);
+/* state (float64, shape [1]) = max(state, max(values)); NaN values are skipped. */
+CONCORD_API concord_status concord_metric_max(DLTensor* state, const DLTensor* values);
+CONCORD_API concord_status concord_metric_min(DLTensor* state, const DLTensor* values);
+/* confusion (int64, [C, C], row = target, column = prediction) += counts.
+ * preds: labels (N,) of an integer dtype, or scores (N, C) whose argmax is
+ * the prediction; target: labels (N,) in [0, C). */
+CONCORD_API concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTensor* preds,
+                                                           const DLTensor* target);
+/* Binary: preds (N,) probabilities thresholded at `threshold` (or 0/1
+ * labels), target (N,) 0/1; confusion is int64 [2, 2]. */
+CONCORD_API concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
+                                                           const DLTensor* target, double threshold);
+/* Multilabel: preds (N, L) probabilities, target (N, L) 0/1; counts (int64,
+ * [L, 4]) += per label [tp, fp, fn, tn]. */
+CONCORD_API concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
+                                                            const DLTensor* target, double threshold);
+/* counts (int64, [2]) += [samples whose target is among the top k scores, N];
+ * preds (N, C) scores, target (N,) labels. Ties count as in torchmetrics
+ * (the target's score is strictly exceeded by fewer than k others). */
+CONCORD_API concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
+                                                       const DLTensor* target, int64_t k);
+/* histogram (int64, [2, num_bins]): row 0 counts negatives, row 1
+ * positives, by bin min(floor(score * num_bins), num_bins - 1) of scores in
+ * [0, 1]; target (N,) 0/1. */
+CONCORD_API concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
+                                                           const DLTensor* target);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

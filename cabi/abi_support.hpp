@@ -1,0 +1,72 @@
+// Internal to the C ABI: handle structs and the exception-to-status
+// guard every exported function wraps its body in.
+#pragma once
+
+#include <memory>
+#include <new>
+#include <string>
+
+#include "base/format.hpp"
+#include "base/tensor_view.hpp"
+#include "comm/communicator.hpp"
+#include "concord/concord.h"
+#include "rendezvous/store.hpp"
+
+struct concord_store_server {
+  std::unique_ptr<concord::StoreServer> server;
+};
+
+struct concord_store {
+  std::shared_ptr<concord::SharedStore> store;
+};
+
+struct concord_comm {
+  std::unique_ptr<concord::StoreServer> server;  // set when this rank serves the store; outlives comm
+  std::unique_ptr<concord::Communicator> comm;
+};
+
+struct concord_work {
+  std::shared_ptr<concord::Work> work;
+  double default_timeout_s;
+};
+
+namespace concord::cabi {
+
+// Records the calling thread's last error and returns its status.
+concord_status record(StatusCode code, const char* message) noexcept;
+
+template <typename T>
+T& require(T* handle, const char* what) {
+  if (handle == nullptr) invalid_argument(what, " is NULL");
+  return *handle;
+}
+
+template <typename T>
+void require_out(T* out, const char* what) {
+  if (out == nullptr) invalid_argument("output pointer ", what, " is NULL");
+}
+
+inline TensorView view(const DLTensor* tensor, const char* role) {
+  return TensorView::from_dlpack(tensor, role);
+}
+
+ReduceOp to_reduce_op(concord_reduce_op op);
+
+}  // namespace concord::cabi
+
+#define CONCORD_API_BEGIN try {
+#define CONCORD_API_END                                                         \
+  }                                                                             \
+  catch (const concord::Error& e) {                                             \
+    return concord::cabi::record(e.code(), e.what());                           \
+  }                                                                             \
+  catch (const std::bad_alloc&) {                                               \
+    return concord::cabi::record(concord::StatusCode::kOutOfMemory, "out of memory"); \
+  }                                                                             \
+  catch (const std::exception& e) {                                             \
+    return concord::cabi::record(concord::StatusCode::kInternal, e.what());     \
+  }                                                                             \
+  catch (...) {                                                                 \
+    return concord::cabi::record(concord::StatusCode::kInternal, "unknown internal error"); \
+  }                                                                             \
+  return CONCORD_OK;
