@@ -4,7 +4,7 @@
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 
-apt_packages=(catch2 pkg-config g++ ninja-build)
+apt_packages=(catch2 pkg-config g++ ninja-build patchelf)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -1,0 +1,757 @@
+"""The C ABI as Python objects: handles, status checks and tensor import.
+
+Everything here is thin: one class per C handle, tensors passed to C as
+DLTensors filled straight from NumPy arrays (no capsule) or taken from any
+object's ``__dlpack__`` capsule. The GIL is released around every C call
+that may block.
+"""
+
+cimport cython
+cimport numpy as cnp
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
+from libc.stdint cimport int64_t
+from posix.unistd cimport getpid
+
+import enum
+
+cnp.import_array()
+
+if sizeof(cnp.npy_intp) != sizeof(int64_t):
+    raise ImportError("concord needs a 64-bit platform (NumPy shapes must be int64)")
+if concord_version_code() != CONCORD_VERSION_CODE:
+    raise ImportError(
+        f"libconcord {concord_version().decode()} does not match the "
+        f"{CONCORD_VERSION_MAJOR}.{CONCORD_VERSION_MINOR}.{CONCORD_VERSION_PATCH} headers "
+        "this extension was built with; reinstall concord")
+
+
+class Status(enum.IntEnum):
+    """Status codes of the C ABI."""
+    OK = CONCORD_OK
+    INVALID_ARGUMENT = CONCORD_ERR_INVALID_ARGUMENT
+    UNAVAILABLE = CONCORD_ERR_UNAVAILABLE
+    TIMEOUT = CONCORD_ERR_TIMEOUT
+    REMOTE = CONCORD_ERR_REMOTE
+    MISMATCH = CONCORD_ERR_MISMATCH
+    ABORTED = CONCORD_ERR_ABORTED
+    OUT_OF_MEMORY = CONCORD_ERR_OUT_OF_MEMORY
+    INTERNAL = CONCORD_ERR_INTERNAL
+
+
+REDUCE_OPS = {
+    "sum": CONCORD_SUM,
+    "mean": CONCORD_MEAN,
+    "max": CONCORD_MAX,
+    "min": CONCORD_MIN,
+    "prod": CONCORD_PROD,
+}
+cdef dict _reduce_ops = REDUCE_OPS
+
+
+def version():
+    """Version of the loaded libconcord, "MAJOR.MINOR.PATCH"."""
+    return concord_version().decode()
+
+
+def build_info():
+    """JSON text describing the build: version, backends, CUDA, NCCL."""
+    return concord_build_info().decode()
+
+
+# ---- errors ------------------------------------------------------------------
+
+# errors.py imports Status from here, so the classes are looked up on the
+# (cold) error path rather than at import time.
+cdef dict _error_classes = None
+
+
+cdef object _errors():
+    from . import errors
+    return errors
+
+
+cdef object _error_class(int status):
+    global _error_classes
+    if _error_classes is None:
+        errors = _errors()
+        _error_classes = {
+            CONCORD_ERR_INVALID_ARGUMENT: errors.InvalidArgumentError,
+            CONCORD_ERR_UNAVAILABLE: errors.UnavailableError,
+            CONCORD_ERR_TIMEOUT: errors.CollectiveTimeoutError,
+            CONCORD_ERR_REMOTE: errors.RemoteError,
+            CONCORD_ERR_MISMATCH: errors.MismatchError,
+            CONCORD_ERR_ABORTED: errors.AbortedError,
+        }
+    return _error_classes.get(status) or _errors().ConcordError
+
+
+cdef object _error_for(int status):
+    """The exception for a failed call; reads the thread's last error, so it
+    must run right after the call, before any other C call."""
+    message = concord_last_error().decode("utf-8", "replace")
+    if not message:
+        message = concord_status_string(<concord_status>status).decode()
+    try:
+        code = Status(status)
+    except ValueError:
+        code = status
+    return _error_class(status)(message, code)
+
+
+cpdef int check_status(int status) except -1:
+    """Raises the exception class of `status` with the C library's message."""
+    if status == CONCORD_OK:
+        return 0
+    raise _error_for(status)
+
+
+cdef object _invalid(str message):
+    return _errors().InvalidArgumentError(message)
+
+
+cdef bytes _c_string(object text, str what):
+    if isinstance(text, str):
+        encoded = (<str>text).encode()
+    elif isinstance(text, bytes):
+        encoded = text
+    else:
+        raise TypeError(f"{what} must be str or bytes, not {type(text).__name__}")
+    if b"\0" in encoded:
+        raise _invalid(f"{what} contains a NUL character")
+    return encoded
+
+
+cdef inline const char* _c_string_or_null(bytes encoded):
+    return NULL if encoded is None else PyBytes_AS_STRING(encoded)
+
+
+cdef inline bint _owned_here(int pid):
+    # A forked child inherits handles whose threads live in the parent only:
+    # destroying them there could hang, so the child leaves them alone.
+    return pid == getpid()
+
+
+# ---- tensors -------------------------------------------------------------------
+
+@cython.final
+@cython.freelist(8)
+cdef class _Tensor:
+    """One array seen as a DLTensor; owns the DLPack managed tensor, if any,
+    and calls its deleter exactly once."""
+    cdef DLTensor dl
+    cdef object array
+    cdef DLManagedTensor* managed
+    cdef DLManagedTensorVersioned* managed_versioned
+    cdef bint read_only
+    cdef bint copied
+    cdef int64_t strides[cnp.NPY_MAXDIMS]  # element strides of a NumPy array
+
+    def __dealloc__(self):
+        self.release()
+
+    cdef void release(self) noexcept:
+        cdef DLManagedTensorVersioned* versioned = self.managed_versioned
+        cdef DLManagedTensor* legacy = self.managed
+        self.managed_versioned = NULL
+        self.managed = NULL
+        if versioned != NULL and versioned.deleter != NULL:
+            versioned.deleter(versioned)
+        if legacy != NULL and legacy.deleter != NULL:
+            legacy.deleter(legacy)
+
+
+cdef int _set_numpy_dtype(DLTensor* dl, cnp.dtype descr, str role) except -1:
+    cdef char kind = descr.kind
+    cdef Py_ssize_t itemsize = descr.itemsize
+    if kind == c'f':
+        dl.dtype.code = kDLFloat
+    elif kind == c'i':
+        dl.dtype.code = kDLInt
+    elif kind == c'u':
+        dl.dtype.code = kDLUInt
+    elif kind == c'b':
+        dl.dtype.code = kDLBool
+    elif kind == c'c':
+        dl.dtype.code = kDLComplex
+    elif descr.name == "bfloat16":  # ml_dtypes' NumPy bfloat16
+        dl.dtype.code = kDLBfloat
+    else:
+        raise _invalid(f"{role} has dtype {descr}, which has no DLPack equivalent")
+    if itemsize * 8 > 255:
+        raise _invalid(f"{role} has dtype {descr}, which has no DLPack equivalent")
+    if not cnp.PyDataType_ISNOTSWAPPED(descr):
+        raise _invalid(f"{role} has non-native byte order ({descr}); convert it with astype()")
+    dl.dtype.bits = <unsigned char>(itemsize * 8)
+    dl.dtype.lanes = 1
+    return 0
+
+
+cdef int _fill_from_numpy(_Tensor t, cnp.ndarray array, str role) except -1:
+    cdef cnp.dtype descr = array.descr
+    cdef Py_ssize_t itemsize = descr.itemsize
+    cdef int ndim = cnp.PyArray_NDIM(array)
+    cdef cnp.npy_intp* byte_strides = cnp.PyArray_STRIDES(array)
+    cdef int d
+    _set_numpy_dtype(&t.dl, descr, role)
+    for d in range(ndim):
+        if byte_strides[d] % itemsize:
+            raise _invalid(f"{role} has a stride of {byte_strides[d]} bytes, not a multiple "
+                           f"of its {itemsize}-byte elements; pass a contiguous array")
+        t.strides[d] = byte_strides[d] // itemsize
+    t.array = array
+    t.dl.data = cnp.PyArray_DATA(array)
+    t.dl.device.device_type = kDLCPU
+    t.dl.device.device_id = 0
+    t.dl.ndim = ndim
+    t.dl.shape = <int64_t*>cnp.PyArray_DIMS(array)
+    t.dl.strides = t.strides
+    t.dl.byte_offset = 0
+    t.read_only = not cnp.PyArray_ISWRITEABLE(array)
+    return 0
+
+
+cdef object _export_dlpack(object array, str role):
+    exporter = getattr(array, "__dlpack__", None)
+    if exporter is None:
+        raise _invalid(f"{role} is a {type(array).__module__}.{type(array).__qualname__}, "
+                       "neither a NumPy array nor an object with __dlpack__")
+    try:
+        return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))
+    except TypeError:  # a producer older than DLPack 1.0
+        return exporter()
+
+
+cdef int _fill_from_dlpack(_Tensor t, object array, str role) except -1:
+    cdef object capsule = _export_dlpack(array, role)
+    cdef DLManagedTensorVersioned* versioned
+    cdef DLManagedTensor* legacy
+    cdef unsigned int major
+    t.array = array
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        versioned = <DLManagedTensorVersioned*>PyCapsule_GetPointer(
+            capsule, b"dltensor_versioned")
+        PyCapsule_SetName(capsule, b"used_dltensor_versioned")
+        t.managed_versioned = versioned
+        major = versioned.version.major
+        if major != DLPACK_MAJOR_VERSION:
+            # Only the deleter may be touched across major versions.
+            t.release()
+            raise _invalid(f"{role} was exported with DLPack {major}.x; "
+                           f"concord reads DLPack {DLPACK_MAJOR_VERSION}.x")
+        t.dl = versioned.dl_tensor
+        t.read_only = (versioned.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
+        t.copied = (versioned.flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0
+    elif PyCapsule_IsValid(capsule, b"dltensor"):
+        legacy = <DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")
+        PyCapsule_SetName(capsule, b"used_dltensor")
+        t.managed = legacy
+        t.dl = legacy.dl_tensor
+    else:
+        raise _invalid(f"{role}.__dlpack__() returned a {type(capsule).__name__}, "
+                       "not an unused DLPack capsule")
+    return 0
+
+
+cdef _Tensor _import(object array, str role):
+    cdef _Tensor t = _Tensor.__new__(_Tensor)
+    if cnp.PyArray_CheckExact(array):
+        _fill_from_numpy(t, <cnp.ndarray>array, role)
+    else:
+        _fill_from_dlpack(t, array, role)
+    return t
+
+
+cdef str _device_name(DLDevice device):
+    if device.device_type == kDLCPU or device.device_type == kDLCUDAHost:
+        return "cpu"
+    if device.device_type == kDLCUDA or device.device_type == kDLCUDAManaged:
+        return f"cuda:{device.device_id}"
+    return f"DLPack device {<int>device.device_type}:{device.device_id}"
+
+
+cdef _Tensor _import_out(object out, object x, _Tensor send):
+    """The output tensor (the input itself when in place), checked to be
+    writable in place and on the input's device."""
+    cdef _Tensor recv = send if out is x else _import(out, "out")
+    if recv.read_only:
+        raise _invalid("out is read-only")
+    if recv.copied:
+        raise _invalid("out cannot be written in place: its __dlpack__ made a copy")
+    if (recv.dl.device.device_type != send.dl.device.device_type
+            or recv.dl.device.device_id != send.dl.device.device_id):
+        x_device = _device_name(send.dl.device)
+        out_device = _device_name(recv.dl.device)
+        if x_device != out_device:
+            raise _invalid(f"x is on {x_device} but out is on {out_device}; "
+                           "both must be on the same device")
+    return recv
+
+
+def check_output(x, out):
+    """Raises InvalidArgumentError unless `out` can be written in place on
+    `x`'s device; for outputs filled after the collective, checked before it."""
+    _import_out(out, x, _import(x, "x"))
+
+
+cdef int _reduce_op(object op) except -1:
+    code = _reduce_ops.get(op) if isinstance(op, str) else None
+    if code is None:
+        raise _invalid(f"unknown op {op!r}; valid ops: {', '.join(REDUCE_OPS)}")
+    return code
+
+
+# ---- store ---------------------------------------------------------------------
+
+@cython.final
+cdef class StoreServer:
+    """A rendezvous store served on a background thread until closed."""
+    cdef concord_store_server_t handle
+    cdef readonly int port
+    cdef int pid
+
+    def __cinit__(self):
+        self.handle = NULL
+        self.pid = getpid()
+
+    def __init__(self, host="127.0.0.1", int port=0, token=""):
+        cdef bytes host_c = _c_string(host, "host")
+        cdef bytes token_c = _c_string(token, "token")
+        cdef const char* host_p = host_c
+        cdef const char* token_p = token_c
+        cdef concord_status status
+        cdef int bound = 0
+        with nogil:
+            status = concord_store_server_create(host_p, port, token_p, &self.handle)
+        check_status(status)
+        check_status(concord_store_server_port(self.handle, &bound))
+        self.port = bound
+
+    def close(self):
+        cdef concord_store_server_t handle = self.handle
+        self.handle = NULL
+        if handle != NULL and _owned_here(self.pid):
+            with nogil:
+                concord_store_server_destroy(handle)
+
+    def __dealloc__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+@cython.final
+cdef class Store:
+    """A client of a rendezvous store. Values are bytes."""
+    cdef concord_store_t handle
+    cdef readonly double timeout
+    cdef int pid
+
+    def __cinit__(self):
+        self.handle = NULL
+        self.pid = getpid()
+
+    def __init__(self, host, int port, token="", double timeout=60.0):
+        cdef bytes host_c = _c_string(host, "host")
+        cdef bytes token_c = _c_string(token, "token")
+        cdef const char* host_p = host_c
+        cdef const char* token_p = token_c
+        cdef concord_status status
+        with nogil:
+            status = concord_store_connect(host_p, port, token_p, timeout, &self.handle)
+        check_status(status)
+        self.timeout = timeout
+
+    cdef concord_store_t _checked(self) except NULL:
+        if self.handle == NULL:
+            raise _errors().ConcordError("the store client is closed")
+        return self.handle
+
+    cdef double _timeout(self, object timeout) except? -1:
+        return self.timeout if timeout is None else timeout
+
+    def set(self, key, const unsigned char[::1] value not None):
+        cdef concord_store_t handle = self._checked()
+        cdef bytes key_c = _c_string(key, "key")
+        cdef const char* key_p = key_c
+        cdef const void* data = &value[0] if value.shape[0] else NULL
+        cdef size_t size = value.shape[0]
+        cdef concord_status status
+        with nogil:
+            status = concord_store_set(handle, key_p, data, size)
+        check_status(status)
+
+    def get(self, key, timeout=None):
+        """The value of `key`, waiting up to `timeout` seconds for it to appear."""
+        cdef concord_store_t handle = self._checked()
+        cdef bytes key_c = _c_string(key, "key")
+        cdef const char* key_p = key_c
+        cdef double wait_s = self._timeout(timeout)
+        cdef char small[1024]
+        cdef size_t size = 0
+        cdef size_t capacity
+        cdef char* buffer
+        cdef concord_status status
+        cdef bytes value
+        with nogil:
+            status = concord_store_get(handle, key_p, wait_s, small, sizeof(small), &size)
+        check_status(status)
+        if size <= sizeof(small):
+            return small[:size]
+        # The value is larger than the first buffer: fetch it again in full
+        # (repeat if it grew in between).
+        while True:
+            value = PyBytes_FromStringAndSize(NULL, size)
+            buffer = PyBytes_AS_STRING(value)
+            capacity = size
+            with nogil:
+                status = concord_store_get(handle, key_p, wait_s, buffer, capacity, &size)
+            check_status(status)
+            if size <= capacity:
+                return value[:size] if size < capacity else value
+
+    def wait(self, keys, timeout=None):
+        """Waits until every key in `keys` exists."""
+        cdef concord_store_t handle = self._checked()
+        cdef list encoded = [_c_string(key, "key") for key in keys]
+        cdef size_t n = len(encoded)
+        cdef double wait_s = self._timeout(timeout)
+        cdef const char** pointers = <const char**>PyMem_Malloc((n if n else 1) * sizeof(char*))
+        cdef concord_status status
+        cdef size_t i
+        if pointers == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                pointers[i] = PyBytes_AS_STRING(encoded[i])
+            with nogil:
+                status = concord_store_wait(handle, pointers, n, wait_s)
+            check_status(status)
+        finally:
+            PyMem_Free(pointers)
+
+    def add(self, key, int64_t delta=1):
+        """Atomically adds `delta` to the integer at `key` (missing: 0); returns the sum."""
+        cdef concord_store_t handle = self._checked()
+        cdef bytes key_c = _c_string(key, "key")
+        cdef const char* key_p = key_c
+        cdef int64_t result = 0
+        cdef concord_status status
+        with nogil:
+            status = concord_store_add(handle, key_p, delta, &result)
+        check_status(status)
+        return result
+
+    def delete(self, key):
+        """Removes `key`; returns whether it existed."""
+        cdef concord_store_t handle = self._checked()
+        cdef bytes key_c = _c_string(key, "key")
+        cdef const char* key_p = key_c
+        cdef int existed = 0
+        cdef concord_status status
+        with nogil:
+            status = concord_store_delete(handle, key_p, &existed)
+        check_status(status)
+        return bool(existed)
+
+    def close(self):
+        cdef concord_store_t handle = self.handle
+        self.handle = NULL
+        if handle != NULL and _owned_here(self.pid):
+            with nogil:
+                concord_store_destroy(handle)
+
+    def __dealloc__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+# ---- communicators -------------------------------------------------------------
+
+@cython.final
+cdef class Comm:
+    """A communicator handle. rank, size and local_rank never change."""
+    cdef concord_comm_t handle
+    cdef readonly int rank
+    cdef readonly int size
+    cdef readonly int local_rank
+    cdef object keepalive  # the store or parent it was made from
+    cdef int pid
+
+    def __cinit__(self):
+        self.handle = NULL
+        self.pid = getpid()
+
+    def __init__(self):
+        raise TypeError("use Comm.init(), Comm.from_store() or Comm.split()")
+
+    @staticmethod
+    cdef Comm _wrap(concord_comm_t handle, object keepalive):
+        cdef Comm comm = Comm.__new__(Comm)
+        comm.handle = handle
+        comm.keepalive = keepalive
+        check_status(concord_comm_rank(handle, &comm.rank))
+        check_status(concord_comm_size(handle, &comm.size))
+        check_status(concord_comm_local_rank(handle, &comm.local_rank))
+        return comm
+
+    @staticmethod
+    def init(int rank=-1, int world_size=-1, master_addr=None, int master_port=0, token=None,
+             double timeout=0.0, backend=None):
+        """The world communicator; unset arguments (-1, None, 0) come from
+        the environment."""
+        cdef bytes addr_c = None if master_addr is None else _c_string(master_addr, "master_addr")
+        cdef bytes token_c = None if token is None else _c_string(token, "token")
+        cdef bytes backend_c = None if backend is None else _c_string(backend, "backend")
+        cdef concord_comm_options options
+        cdef concord_comm_t handle = NULL
+        cdef concord_status status
+        options.struct_size = sizeof(concord_comm_options)
+        options.rank = rank
+        options.world_size = world_size
+        options.master_addr = _c_string_or_null(addr_c)
+        options.master_port = master_port
+        options.token = _c_string_or_null(token_c)
+        options.timeout_s = timeout
+        options.backend = _c_string_or_null(backend_c)
+        with nogil:
+            status = concord_comm_init(&options, &handle)
+        check_status(status)
+        return Comm._wrap(handle, None)
+
+    @staticmethod
+    def from_store(Store store not None, name, int rank, int size, double timeout=0.0):
+        """A communicator of `size` ranks meeting through `store` under the
+        key prefix `name`; ranks may be threads of one process."""
+        cdef concord_store_t store_handle = store._checked()
+        cdef bytes name_c = _c_string(name, "name")
+        cdef const char* name_p = name_c
+        cdef concord_comm_t handle = NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_comm_init_with_store(store_handle, name_p, rank, size, timeout,
+                                                  &handle)
+        check_status(status)
+        return Comm._wrap(handle, store)
+
+    cdef concord_comm_t _checked(self) except NULL:
+        if self.handle == NULL:
+            raise _errors().ConcordError("the communicator is closed")
+        return self.handle
+
+    @property
+    def closed(self):
+        return self.handle == NULL
+
+    @property
+    def backend(self):
+        cdef const char* name = NULL
+        check_status(concord_comm_backend(self._checked(), &name))
+        return name.decode()
+
+    @property
+    def timeout(self):
+        cdef double seconds = 0.0
+        check_status(concord_comm_timeout(self._checked(), &seconds))
+        return seconds
+
+    def split(self, int color, int key=0):
+        """Collective: ranks passing the same color form a communicator,
+        ordered by (key, rank); a negative color gives None."""
+        cdef concord_comm_t handle = self._checked()
+        cdef concord_comm_t child = NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_comm_split(handle, color, key, &child)
+        check_status(status)
+        return None if child == NULL else Comm._wrap(child, self)
+
+    def abort(self):
+        """Fails pending and future collectives here and on the peers."""
+        cdef concord_comm_t handle = self._checked()
+        cdef concord_status status
+        with nogil:
+            status = concord_comm_abort(handle)
+        check_status(status)
+
+    def close(self):
+        cdef concord_comm_t handle = self.handle
+        self.handle = NULL
+        if handle != NULL and _owned_here(self.pid):
+            with nogil:
+                concord_comm_destroy(handle)
+
+    def __dealloc__(self):
+        self.close()
+
+    # Collectives: `out` is the result buffer, allocated by the caller (the
+    # input itself for in place). They return `out`, or a Work when async_op.
+    # The stream is NULL: on CUDA that is the default stream, the one
+    # __dlpack__() without a stream argument makes the data ready on.
+
+    def all_reduce(self, x, out, op, bint async_op):
+        cdef concord_reduce_op code = <concord_reduce_op>_reduce_op(op)
+        cdef concord_comm_t handle = self._checked()
+        cdef _Tensor send = _import(x, "x")
+        cdef _Tensor recv = _import_out(out, x, send)
+        cdef concord_work_t work = NULL
+        cdef concord_work_t* work_p = &work if async_op else NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_all_reduce(handle, &send.dl, &recv.dl, code, NULL, work_p)
+        check_status(status)
+        return Work._wrap(work, self, (send, recv), out, None) if async_op else out
+
+    def all_gather(self, x, out, bint async_op, finish=None):
+        """`finish(out)`, when given, makes the result once the data arrived."""
+        cdef concord_comm_t handle = self._checked()
+        cdef _Tensor send = _import(x, "x")
+        cdef _Tensor recv = _import_out(out, x, send)
+        cdef concord_work_t work = NULL
+        cdef concord_work_t* work_p = &work if async_op else NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_all_gather(handle, &send.dl, &recv.dl, NULL, work_p)
+        check_status(status)
+        if async_op:
+            return Work._wrap(work, self, (send, recv), out, finish)
+        return out if finish is None else finish(out)
+
+    def reduce_scatter(self, x, out, op, bint async_op):
+        cdef concord_reduce_op code = <concord_reduce_op>_reduce_op(op)
+        cdef concord_comm_t handle = self._checked()
+        cdef _Tensor send = _import(x, "x")
+        cdef _Tensor recv = _import_out(out, x, send)
+        cdef concord_work_t work = NULL
+        cdef concord_work_t* work_p = &work if async_op else NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_reduce_scatter(handle, &send.dl, &recv.dl, code, NULL, work_p)
+        check_status(status)
+        return Work._wrap(work, self, (send, recv), out, None) if async_op else out
+
+    def broadcast(self, x, out, int root, bint async_op):
+        cdef concord_comm_t handle = self._checked()
+        cdef _Tensor send = _import(x, "x")
+        cdef _Tensor recv = _import_out(out, x, send)
+        cdef concord_work_t work = NULL
+        cdef concord_work_t* work_p = &work if async_op else NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_broadcast(handle, &send.dl, &recv.dl, root, NULL, work_p)
+        check_status(status)
+        return Work._wrap(work, self, (send, recv), out, None) if async_op else out
+
+    def barrier(self):
+        cdef concord_comm_t handle = self._checked()
+        cdef concord_status status
+        with nogil:
+            status = concord_barrier(handle, NULL)
+        check_status(status)
+
+
+@cython.final
+cdef class Work:
+    """An asynchronous collective. wait() returns its result; the arrays it
+    reads and writes stay alive until it finished."""
+    cdef concord_work_t handle
+    cdef Comm comm
+    cdef object operands
+    cdef object result
+    cdef object finish
+    cdef object error
+    cdef bint finished
+    cdef int pid
+
+    def __cinit__(self):
+        self.handle = NULL
+        self.pid = getpid()
+
+    def __init__(self):
+        raise TypeError("Work objects come from collectives called with async_op=True")
+
+    @staticmethod
+    cdef Work _wrap(concord_work_t handle, Comm comm, tuple operands, object result,
+                    object finish):
+        cdef Work work = Work.__new__(Work)
+        work.handle = handle
+        work.comm = comm
+        work.operands = operands
+        work.result = result
+        work.finish = finish
+        return work
+
+    cdef int _complete(self, object error) except -1:
+        """Records the outcome and lets go of the handle and the arrays."""
+        cdef concord_work_t handle = self.handle
+        self.handle = NULL
+        self.finished = True
+        self.operands = None
+        self.comm = None
+        concord_work_destroy(handle)
+        finish, self.finish = self.finish, None
+        if error is None and finish is not None:
+            try:
+                self.result = finish(self.result)
+            except BaseException as exc:
+                error = exc
+        self.error = error
+        return 0
+
+    def wait(self, timeout=None):
+        """Waits until done (timeout None: the communicator's timeout) and
+        returns the result, or raises the collective's error."""
+        cdef double wait_s = -1.0 if timeout is None else timeout
+        cdef concord_status status
+        cdef int done = 0
+        if not self.finished:
+            with nogil:
+                status = concord_work_wait(self.handle, wait_s)
+            if status == CONCORD_OK:
+                self._complete(None)
+            else:
+                error = _error_for(status)
+                with nogil:
+                    concord_work_test(self.handle, &done)
+                if not done:  # this wait timed out; the collective goes on
+                    raise error
+                self._complete(error)
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def test(self):
+        """Whether the collective finished (successfully or not); never blocks."""
+        cdef concord_status status
+        cdef int done = 0
+        if self.finished:
+            return True
+        status = concord_work_test(self.handle, &done)
+        if not done:
+            check_status(status)
+            return False
+        self._complete(None if status == CONCORD_OK else _error_for(status))
+        return True
+
+    def done(self):
+        """Same as test()."""
+        return self.test()
+
+    def __dealloc__(self):
+        if self.handle == NULL or not _owned_here(self.pid):
+            return
+        # The collective may still write into the arrays released next.
+        with nogil:
+            concord_work_wait(self.handle, -1.0)
+            concord_work_destroy(self.handle)
+        self.handle = NULL

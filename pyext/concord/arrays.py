@@ -1,0 +1,98 @@
+"""Array-type helpers: results come back as the input's own array type.
+
+NumPy arrays take direct paths; any other array goes through its namespace
+(array-api-compat), so outputs are allocated by the input's framework on the
+input's device, in any dtype it has (bfloat16 and float16 included).
+"""
+
+import numpy as np
+from array_api_compat import array_namespace, device
+
+from .errors import InvalidArgumentError
+
+
+def as_array(x):
+    """`x` when it is an array (NumPy or DLPack); scalars and sequences as NumPy."""
+    if type(x) is np.ndarray or hasattr(x, "__dlpack__"):
+        return x
+    return np.asarray(x)
+
+
+# The namespace depends on the array type only; looking it up once per type
+# keeps array-api-compat's dispatch off the per-call path.
+_namespaces = {}
+
+
+def namespace(x):
+    """The array-API namespace of `x` (NumPy itself for NumPy arrays)."""
+    if isinstance(x, np.ndarray):
+        return np
+    xp = _namespaces.get(type(x))
+    if xp is None:
+        xp = _namespaces[type(x)] = array_namespace(x)
+    return xp
+
+
+def empty_like(x):
+    """An uninitialised array of `x`'s type, shape, dtype and device."""
+    if type(x) is np.ndarray:
+        return np.empty(x.shape, x.dtype)
+    return namespace(x).empty_like(x)
+
+
+def empty(x, shape):
+    """An uninitialised array of `x`'s type, dtype and device."""
+    if type(x) is np.ndarray:
+        return np.empty(shape, x.dtype)
+    return namespace(x).empty(shape, dtype=x.dtype, device=device(x))
+
+
+def _type_name(array):
+    cls = type(array)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_out(out, x, shape):
+    """Raises InvalidArgumentError unless `out` can hold a result of `shape`
+    with `x`'s array type and dtype."""
+    if not (isinstance(out, np.ndarray) and isinstance(x, np.ndarray)):
+        try:
+            same_type = namespace(out) is namespace(x)
+        except TypeError:  # not an array type array-api-compat knows
+            same_type = False
+        if not same_type:
+            raise InvalidArgumentError(
+                f"out is a {_type_name(out)} but x is a {_type_name(x)}; "
+                "out must be of x's array type")
+    out_shape = tuple(out.shape)
+    if out_shape != shape:
+        raise InvalidArgumentError(f"out has shape {out_shape}, expected {shape}")
+    if out.dtype != x.dtype:
+        raise InvalidArgumentError(f"out has dtype {out.dtype}, expected {x.dtype}")
+
+
+def normalise_axis(axis, ndim, what):
+    """`axis` in [0, ndim); negative values count from the end."""
+    if not -ndim <= axis < ndim:
+        raise InvalidArgumentError(f"{what}: axis {axis} is out of range for {ndim} dimensions")
+    return axis % ndim
+
+
+def blocks_to_front(x, axis, parts):
+    """A contiguous array of shape (parts, ...) whose entry r is block r of
+    `x` split evenly along `axis`."""
+    block = x.shape[axis] // parts
+    index = [slice(None)] * len(x.shape)
+    blocks = []
+    for r in range(parts):
+        index[axis] = slice(r * block, (r + 1) * block)
+        blocks.append(x[tuple(index)])
+    return namespace(x).stack(blocks)
+
+
+def front_to_axis(stacked, axis, tiled):
+    """The entries of `stacked` (one per rank, along its leading axis)
+    concatenated along `axis` when tiled, else stacked at `axis`."""
+    blocks = [stacked[r, ...] for r in range(stacked.shape[0])]
+    xp = namespace(stacked)
+    return xp.concat(blocks, axis=axis) if tiled else xp.stack(blocks, axis=axis)

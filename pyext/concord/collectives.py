@@ -1,0 +1,128 @@
+"""Collectives over a communicator (the world one unless ``comm=`` is given).
+
+Inputs are NumPy arrays or any object with ``__dlpack__`` (Python scalars and
+sequences become NumPy arrays); results come back as the input's array type.
+``out=`` receives the result in place (pass the input itself for an in-place
+collective) and is returned. With ``async_op=True`` a Work is returned whose
+``wait()`` gives the result. Bad arguments raise InvalidArgumentError before
+any communication.
+"""
+
+import operator
+
+from . import world
+from ._capi import check_output
+from .arrays import (
+    as_array,
+    blocks_to_front,
+    check_out,
+    empty,
+    empty_like,
+    front_to_axis,
+    normalise_axis,
+)
+from .errors import InvalidArgumentError
+
+__all__ = ["all_gather", "all_reduce", "barrier", "broadcast", "reduce_scatter"]
+
+
+def _handle(comm):
+    if comm is None:
+        comm = world._world or world.world()
+    return comm._handle
+
+
+def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):
+    """Every rank gets `op` ("sum", "mean", "max", "min", "prod") over all
+    ranks' `x`, elementwise."""
+    handle = _handle(comm)
+    x = as_array(x)
+    if out is None:
+        out = empty_like(x)
+    elif out is not x:
+        check_out(out, x, tuple(x.shape))
+    return handle.all_reduce(x, out, op, async_op)
+
+
+def all_gather(x, *, axis=0, tiled=True, comm=None, out=None, async_op=False):
+    """Every rank gets all ranks' `x` in rank order: concatenated along
+    `axis` when tiled, else stacked along a new rank axis at `axis`."""
+    handle = _handle(comm)
+    x = as_array(x)
+    shape = tuple(x.shape)
+    size = handle.size
+    if tiled:
+        if not shape:
+            raise InvalidArgumentError(
+                "all_gather: a 0-d x cannot be concatenated; use tiled=False to stack it")
+        axis = normalise_axis(operator.index(axis), len(shape), "all_gather")
+        result_shape = shape[:axis] + (size * shape[axis],) + shape[axis + 1:]
+    else:
+        axis = normalise_axis(operator.index(axis), len(shape) + 1, "all_gather")
+        result_shape = shape[:axis] + (size,) + shape[axis:]
+    if out is not None:
+        check_out(out, x, result_shape)
+    if axis == 0:
+        # Rank-order concatenation along the leading axis is exactly the
+        # layout the C library writes.
+        buffer = empty(x, result_shape) if out is None else out
+        return handle.all_gather(x, buffer, async_op)
+
+    if out is not None:
+        # out is written only once the data arrived: check it can be, now.
+        check_output(x, out)
+
+    def finish(gathered):
+        result = front_to_axis(gathered, axis, tiled)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+    return handle.all_gather(x, empty(x, (size, *shape)), async_op, finish)
+
+
+def reduce_scatter(x, op="sum", *, axis=0, comm=None, out=None, async_op=False):
+    """`x` split evenly along `axis` into one block per rank; rank r gets
+    `op` over all ranks of block r."""
+    handle = _handle(comm)
+    x = as_array(x)
+    shape = tuple(x.shape)
+    size = handle.size
+    if not shape:
+        raise InvalidArgumentError("reduce_scatter: x must have at least one dimension")
+    axis = normalise_axis(operator.index(axis), len(shape), "reduce_scatter")
+    if shape[axis] % size:
+        raise InvalidArgumentError(
+            f"reduce_scatter: x.shape[{axis}] = {shape[axis]} is not divisible by the "
+            f"communicator size {size}")
+    result_shape = shape[:axis] + (shape[axis] // size,) + shape[axis + 1:]
+    if out is None:
+        out = empty(x, result_shape)
+    else:
+        check_out(out, x, result_shape)
+    # The C library scatters blocks along the leading axis; other axes are
+    # moved there first (a copy, freshly contiguous).
+    send = x if axis == 0 else blocks_to_front(x, axis, size)
+    return handle.reduce_scatter(send, out, op, async_op)
+
+
+def broadcast(x, root=0, *, comm=None, out=None, async_op=False):
+    """Every rank gets `root`'s `x`; on other ranks `x` only gives the shape
+    and dtype (and is the buffer written when it is also `out`)."""
+    handle = _handle(comm)
+    x = as_array(x)
+    root = operator.index(root)
+    if not 0 <= root < handle.size:
+        raise InvalidArgumentError(
+            f"broadcast: root {root} is out of range for a communicator of size {handle.size}")
+    if out is None:
+        out = empty_like(x)
+    elif out is not x:
+        check_out(out, x, tuple(x.shape))
+    return handle.broadcast(x, out, root, async_op)
+
+
+def barrier(*, comm=None):
+    """Returns once every rank reached the barrier."""
+    _handle(comm).barrier()

@@ -1,0 +1,176 @@
+"""The world communicator of this process, and the Communicator class."""
+
+import os
+
+from . import _capi, collectives
+from .errors import ConcordError, InvalidArgumentError
+
+__all__ = [
+    "Communicator",
+    "init",
+    "is_initialized",
+    "local_rank",
+    "rank",
+    "shutdown",
+    "world",
+    "world_size",
+]
+
+_NOT_INITIALISED = "concord is not initialised: call concord.init() first"
+
+_world = None
+
+
+class Communicator:
+    """A group of ranks that run collectives together.
+
+    As a context manager it closes on exit, aborting first when the block
+    raised, so that peers waiting in a collective fail fast.
+    """
+
+    __slots__ = ("_handle", "__weakref__")
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    @property
+    def rank(self):
+        return self._handle.rank
+
+    @property
+    def size(self):
+        return self._handle.size
+
+    @property
+    def local_rank(self):
+        """Rank among the ranks on this host."""
+        return self._handle.local_rank
+
+    @property
+    def backend(self):
+        """Name of the backend used for CPU arrays."""
+        return self._handle.backend
+
+    @property
+    def timeout(self):
+        """Seconds any blocking operation may take before it fails."""
+        return self._handle.timeout
+
+    @property
+    def closed(self):
+        return self._handle.closed
+
+    def split(self, color, key=0):
+        """Collective over this communicator: ranks passing the same color
+        form a new communicator, ordered by (key, rank). A color of None (or
+        negative) joins none and gets None."""
+        handle = self._handle.split(-1 if color is None else color, key)
+        return None if handle is None else Communicator(handle)
+
+    def abort(self):
+        """Fails pending and future collectives here and on the peers."""
+        self._handle.abort()
+
+    def close(self):
+        self._handle.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not self.closed:
+            self.abort()
+        self.close()
+
+    def __repr__(self):
+        if self.closed:
+            return "Communicator(closed)"
+        return f"Communicator(rank={self.rank}, size={self.size}, backend={self.backend!r})"
+
+    def all_reduce(self, x, op="sum", *, out=None, async_op=False):
+        return collectives.all_reduce(x, op, comm=self, out=out, async_op=async_op)
+
+    def all_gather(self, x, *, axis=0, tiled=True, out=None, async_op=False):
+        return collectives.all_gather(x, axis=axis, tiled=tiled, comm=self, out=out,
+                                      async_op=async_op)
+
+    def reduce_scatter(self, x, op="sum", *, axis=0, out=None, async_op=False):
+        return collectives.reduce_scatter(x, op, axis=axis, comm=self, out=out,
+                                          async_op=async_op)
+
+    def broadcast(self, x, root=0, *, out=None, async_op=False):
+        return collectives.broadcast(x, root, comm=self, out=out, async_op=async_op)
+
+    def barrier(self):
+        collectives.barrier(comm=self)
+
+
+def _optional(value, unset):
+    return unset if value is None else value
+
+
+def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master_port=None,
+         timeout=None):
+    """Joins the world communicator and returns it.
+
+    Arguments left None come from the environment: CONCORD_*, then torchrun
+    (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI, PMI,
+    SLURM; with nothing set this process is a world of one. `timeout` (seconds,
+    default CONCORD_TIMEOUT or 600) bounds every blocking operation.
+    """
+    global _world
+    if is_initialized():
+        raise ConcordError("concord is already initialised: call concord.shutdown() first")
+    if timeout is not None and not timeout > 0:
+        raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
+    handle = _capi.Comm.init(
+        rank=_optional(rank, -1),
+        world_size=_optional(world_size, -1),
+        master_addr=master_addr,
+        master_port=_optional(master_port, 0),
+        timeout=_optional(timeout, 0.0),
+        backend=backend,
+    )
+    _world = Communicator(handle)
+    return _world
+
+
+def shutdown():
+    """Closes the world communicator; init() may be called again afterwards."""
+    global _world
+    comm, _world = _world, None
+    if comm is not None:
+        comm.close()
+
+
+def is_initialized():
+    return _world is not None and not _world.closed
+
+
+def world():
+    """The world communicator."""
+    if not is_initialized():
+        raise ConcordError(_NOT_INITIALISED)
+    return _world
+
+
+def rank():
+    return world().rank
+
+
+def world_size():
+    return world().size
+
+
+def local_rank():
+    return world().local_rank
+
+
+def _forget_world():
+    # A forked child starts without a world: the parent's communicator is
+    # the parent's (its handle is never destroyed from the child).
+    global _world
+    _world = None
+
+
+os.register_at_fork(after_in_child=_forget_world)

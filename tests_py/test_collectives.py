@@ -1,0 +1,469 @@
+"""Every collective against a NumPy reference, on fresh random data.
+
+The multi-rank checks run in the ranks of one concord.launch job per world
+size (starting ranks is the cost); each rank returns the checks that failed.
+Every rank generates every rank's data from (seed, rank, case), so each can
+compute the reference itself.
+"""
+
+import os
+import secrets
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import concord as cc
+from concord import arrays
+
+DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
+OPS = ["sum", "mean", "max", "min", "prod"]
+LARGE = 1000003
+SIZES = [0, 1, 7, 10007, LARGE]  # 10007 float32: past the one-shot path, within one chunk
+TOLERANCE = {"float16": (2e-3, 2e-3), "float32": (1e-5, 1e-6), "float64": (1e-12, 1e-12)}
+
+
+def ops_for(dtype):
+    return ["max", "min"] if dtype == "bool" else OPS
+
+
+def rank_data(seed, rank, case, dtype, shape, op="sum"):
+    """One rank's data for one case, in ranges where no reference overflows."""
+    rng = np.random.default_rng([seed, rank, case])
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind == "f":
+        low, high = (0.5, 1.5) if op == "prod" else (-2.0, 2.0)
+        return rng.uniform(low, high, shape).astype(dtype)
+    if dtype.kind == "u":
+        return rng.integers(0, 3 if op == "prod" else 40, shape, dtype=dtype)
+    low, high = (-2, 3) if op == "prod" else (-20, 21)
+    return rng.integers(low, high, shape, dtype=dtype)
+
+
+def reference_reduce(arrays, op):
+    """op over the arrays as concord defines it: float16 accumulates in
+    float32, integer means truncate toward zero."""
+    stack = np.stack(arrays)
+    dtype = stack.dtype
+    if op in ("max", "min"):
+        return getattr(stack, op)(axis=0)
+    if dtype.kind == "f":
+        acc = stack.astype(np.float32 if dtype.itemsize < 4 else dtype)
+        if op == "prod":
+            return acc.prod(axis=0).astype(dtype)
+        total = acc.sum(axis=0)
+        return (total / acc.dtype.type(len(arrays)) if op == "mean" else total).astype(dtype)
+    if op == "mean":
+        return np.trunc(stack.astype(np.float64).sum(axis=0) / len(arrays)).astype(dtype)
+    wide = stack.astype(np.int64)
+    return (wide.prod(axis=0) if op == "prod" else wide.sum(axis=0)).astype(dtype)
+
+
+def difference(result, expected):
+    """What is wrong with result, or None."""
+    if type(result) is not np.ndarray:
+        return f"result is a {type(result).__name__}, expected a numpy.ndarray"
+    if result.dtype != expected.dtype or result.shape != expected.shape:
+        return (f"result is {result.dtype}{list(result.shape)}, "
+                f"expected {expected.dtype}{list(expected.shape)}")
+    if expected.dtype.kind == "f":
+        rtol, atol = TOLERANCE[expected.dtype.name]
+        equal = np.isclose(result.astype(np.float64), expected.astype(np.float64), rtol, atol)
+    else:
+        equal = result == expected
+    if equal.all():
+        return None
+    first = np.unravel_index(np.argmin(equal), equal.shape)
+    return (f"{np.count_nonzero(~equal)} elements differ, first at {tuple(map(int, first))}: "
+            f"{result[first]!r} != {expected[first]!r}")
+
+
+class RankChecks:
+    """The checks of one rank; failures are collected, not raised, so one
+    run reports all of them."""
+
+    def __init__(self, seed):
+        self.seed = seed
+        self.rank = cc.rank()
+        self.size = cc.world_size()
+        self.case = 0
+        self.failures = []
+
+    def data(self, dtype, shape, op="sum"):
+        """Every rank's data for a new case; this rank's is [self.rank]."""
+        self.case += 1
+        return [rank_data(self.seed, r, self.case, dtype, shape, op) for r in range(self.size)]
+
+    def expect(self, label, result, expected):
+        problem = difference(result, expected)
+        if problem is not None:
+            self.failures.append(f"rank {self.rank} case {self.case} {label}: {problem}")
+
+    def expect_true(self, label, condition):
+        if not condition:
+            self.failures.append(f"rank {self.rank} case {self.case} {label}")
+
+    def expect_untouched(self, label, x, copy):
+        self.expect_true(f"{label}: the input changed", np.array_equal(x, copy))
+
+    # ---- all_reduce ---------------------------------------------------------
+
+    def all_reduce(self, dtype, shape, *, variants=True):
+        for op in ops_for(dtype):
+            xs = self.data(dtype, shape, op)
+            x = xs[self.rank]
+            copy = x.copy()
+            label = f"all_reduce {op} {dtype} {shape}"
+            self.expect(label, cc.all_reduce(x, op), reference_reduce(xs, op))
+            self.expect_untouched(label, x, copy)
+        op = ops_for(dtype)[0]
+        label = f"all_reduce {op} {dtype} {shape}"
+
+        xs = self.data(dtype, shape, op)
+        y = xs[self.rank].copy()
+        result = cc.all_reduce(y, op, out=y)
+        self.expect_true(f"{label} in place: result is not out", result is y)
+        self.expect(f"{label} in place", y, reference_reduce(xs, op))
+        if not variants:
+            return
+
+        xs = self.data(dtype, shape, op)
+        out = np.empty(shape, dtype)
+        result = cc.all_reduce(xs[self.rank], op, out=out)
+        self.expect_true(f"{label} out=: result is not out", result is out)
+        self.expect(f"{label} out=", out, reference_reduce(xs, op))
+
+        cases = [(op, self.data(dtype, shape, op)) for op in ops_for(dtype)]
+        works = [cc.all_reduce(xs[self.rank], op, async_op=True) for op, xs in cases]
+        for (op, xs), work in zip(cases, works):
+            self.expect(f"all_reduce {op} {dtype} {shape} async", work.wait(),
+                        reference_reduce(xs, op))
+            self.expect_true(f"all_reduce {op} {dtype} {shape} async: not done", work.done())
+
+    # ---- all_gather -----------------------------------------------------------
+
+    def all_gather(self, dtype, shape, *, variants=True):
+        label = f"all_gather {dtype} {shape}"
+        xs = self.data(dtype, shape)
+        x = xs[self.rank]
+        copy = x.copy()
+        self.expect(f"{label} tiled", cc.all_gather(x), np.concatenate(xs))
+        self.expect(f"{label} stacked", cc.all_gather(x, tiled=False), np.stack(xs))
+        self.expect_untouched(label, x, copy)
+        if not variants:
+            return
+
+        xs = self.data(dtype, shape)
+        out = np.empty((self.size * shape[0], *shape[1:]), dtype)
+        result = cc.all_gather(xs[self.rank], out=out)
+        self.expect_true(f"{label} out=: result is not out", result is out)
+        self.expect(f"{label} out=", out, np.concatenate(xs))
+
+        xs = self.data(dtype, shape)
+        work = cc.all_gather(xs[self.rank], tiled=False, async_op=True)
+        self.expect(f"{label} async", work.wait(), np.stack(xs))
+
+    def all_gather_axes(self, dtype):
+        shape = (2, 5, 3)
+        label = f"all_gather {dtype} {shape}"
+        xs = self.data(dtype, shape)
+        x = xs[self.rank]
+        self.expect(f"{label} axis=1", cc.all_gather(x, axis=1), np.concatenate(xs, axis=1))
+        self.expect(f"{label} axis=-1", cc.all_gather(x, axis=-1), np.concatenate(xs, axis=-1))
+        self.expect(f"{label} stacked axis=2", cc.all_gather(x, axis=2, tiled=False),
+                    np.stack(xs, axis=2))
+        self.expect(f"{label} stacked axis=-1", cc.all_gather(x, axis=-1, tiled=False),
+                    np.stack(xs, axis=-1))
+        self.expect(f"{label} 0-d stacked", cc.all_gather(x[0, 0, 0], tiled=False),
+                    np.stack([a[0, 0, 0] for a in xs]))
+
+        xs = self.data(dtype, shape)
+        out = np.empty((2, 5, 3 * self.size), dtype)
+        result = cc.all_gather(xs[self.rank], axis=2, out=out)
+        self.expect_true(f"{label} axis=2 out=: result is not out", result is out)
+        self.expect(f"{label} axis=2 out=", out, np.concatenate(xs, axis=2))
+
+        xs = self.data(dtype, shape)
+        work = cc.all_gather(xs[self.rank], axis=1, tiled=False, async_op=True)
+        self.expect(f"{label} stacked axis=1 async", work.wait(), np.stack(xs, axis=1))
+
+    # ---- reduce_scatter -------------------------------------------------------
+
+    def reduce_scatter(self, dtype, block, *, variants=True):
+        shape = (self.size * block,)
+        mine = slice(self.rank * block, (self.rank + 1) * block)
+        for op in ops_for(dtype):
+            xs = self.data(dtype, shape, op)
+            x = xs[self.rank]
+            copy = x.copy()
+            label = f"reduce_scatter {op} {dtype} {shape}"
+            self.expect(label, cc.reduce_scatter(x, op), reference_reduce(xs, op)[mine])
+            self.expect_untouched(label, x, copy)
+        if not variants:
+            return
+        op = ops_for(dtype)[0]
+        label = f"reduce_scatter {op} {dtype} {shape}"
+
+        xs = self.data(dtype, shape, op)
+        out = np.empty((block,), dtype)
+        result = cc.reduce_scatter(xs[self.rank], op, out=out)
+        self.expect_true(f"{label} out=: result is not out", result is out)
+        self.expect(f"{label} out=", out, reference_reduce(xs, op)[mine])
+
+        xs = self.data(dtype, shape, op)
+        work = cc.reduce_scatter(xs[self.rank], op, async_op=True)
+        self.expect(f"{label} async", work.wait(), reference_reduce(xs, op)[mine])
+
+    def reduce_scatter_axes(self, dtype):
+        shape = (3, 2 * self.size, 2)
+        mine = (slice(None), slice(2 * self.rank, 2 * self.rank + 2))
+        for op in ops_for(dtype):
+            xs = self.data(dtype, shape, op)
+            x = xs[self.rank]
+            copy = x.copy()
+            label = f"reduce_scatter {op} {dtype} {shape} axis=1"
+            self.expect(label, cc.reduce_scatter(x, op, axis=1), reference_reduce(xs, op)[mine])
+            self.expect_untouched(label, x, copy)
+        op = ops_for(dtype)[0]
+        xs = self.data(dtype, shape, op)
+        out = np.empty((3, 2, 2), dtype)
+        result = cc.reduce_scatter(xs[self.rank], op, axis=-2, out=out)
+        self.expect_true("reduce_scatter axis=-2 out=: result is not out", result is out)
+        self.expect(f"reduce_scatter {op} {dtype} {shape} axis=-2 out=", out,
+                    reference_reduce(xs, op)[mine])
+
+    # ---- broadcast --------------------------------------------------------------
+
+    def broadcast(self, dtype, shape, roots):
+        for root in roots:
+            label = f"broadcast root={root} {dtype} {shape}"
+            xs = self.data(dtype, shape)
+            x = xs[self.rank] if self.rank == root else np.zeros(shape, dtype)
+            copy = x.copy()
+            self.expect(label, cc.broadcast(x, root), xs[root])
+            self.expect_untouched(label, x, copy)
+
+            xs = self.data(dtype, shape)
+            y = xs[self.rank].copy() if self.rank == root else np.zeros(shape, dtype)
+            result = cc.broadcast(y, root, out=y)
+            self.expect_true(f"{label} in place: result is not out", result is y)
+            self.expect(f"{label} in place", y, xs[root])
+
+            xs = self.data(dtype, shape)
+            work = cc.broadcast(xs[self.rank], root, async_op=True)
+            self.expect(f"{label} async", work.wait(), xs[root])
+
+
+def _check_everything(seed):
+    cc.init(timeout=120.0)
+    checks = RankChecks(seed)
+    last = checks.size - 1
+    for dtype in DTYPES:
+        for size in SIZES:
+            large = size == LARGE
+            checks.all_reduce(dtype, (size,), variants=not large)
+            checks.all_gather(dtype, (size,), variants=not large)
+            checks.reduce_scatter(dtype, size if not large else LARGE // checks.size,
+                                  variants=not large)
+            checks.broadcast(dtype, (size,), [last] if large else range(checks.size))
+        checks.all_reduce(dtype, ())
+        checks.all_reduce(dtype, (3, 5))
+        checks.all_gather_axes(dtype)
+        checks.reduce_scatter_axes(dtype)
+    cc.barrier()
+    return checks.failures
+
+
+def _check_many_chunks(seed, chunk_bytes):
+    os.environ["CONCORD_SHM_CHUNK_BYTES"] = str(chunk_bytes)
+    cc.init(timeout=120.0)
+    checks = RankChecks(seed)
+    for dtype in ["float16", "float32", "float64", "int8", "int64", "bool"]:
+        per_chunk = chunk_bytes // np.dtype(dtype).itemsize
+        for size in [per_chunk - 1, per_chunk, per_chunk + 1, 3 * per_chunk + 5, LARGE]:
+            checks.all_reduce(dtype, (size,), variants=False)
+            checks.all_gather(dtype, (size,), variants=False)
+            checks.reduce_scatter(dtype, size if size != LARGE else LARGE // checks.size,
+                                  variants=False)
+            checks.broadcast(dtype, (size,), [0])
+    return checks.failures
+
+
+def _report(seed, per_rank_failures):
+    failures = [failure for rank in per_rank_failures for failure in rank]
+    shown = "\n".join(failures[:40])
+    return f"seed {seed}: {len(failures)} checks failed\n{shown}"
+
+
+@pytest.fixture
+def seed():
+    return secrets.randbits(32)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_collectives_match_numpy(nprocs, seed):
+    results = cc.launch(_check_everything, nprocs, seed)
+    assert not any(results), _report(seed, results)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_collectives_over_many_shm_chunks(nprocs, seed):
+    results = cc.launch(_check_many_chunks, nprocs, seed, 65536)
+    assert not any(results), _report(seed, results)
+
+
+# ---- single process: result types, scalars, the DLPack path ----------------
+
+
+def test_scalars_and_sequences_become_numpy(world1):
+    result = cc.all_reduce(3.5)
+    assert type(result) is np.ndarray and result.shape == () and result == 3.5
+    result = cc.all_gather([1, 2, 3])
+    assert type(result) is np.ndarray and result.tolist() == [1, 2, 3]
+
+
+def test_communicator_methods_match_module_functions(world1):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.array_equal(world1.all_reduce(x, "max"), x)
+    assert np.array_equal(world1.all_gather(x, axis=1, tiled=False), x[:, None, :])
+    assert np.array_equal(world1.reduce_scatter(x, axis=1), x)
+    assert np.array_equal(world1.broadcast(x, 0), x)
+    world1.barrier()
+
+
+def test_numpy_inputs_bypass_the_namespace_machinery(world1, monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("array-api-compat was consulted for a NumPy array")
+
+    monkeypatch.setattr(arrays, "array_namespace", forbidden)
+    monkeypatch.setattr(arrays, "device", forbidden)
+    x = np.arange(4.0)
+    assert cc.all_reduce(x).tolist() == x.tolist()
+    assert cc.all_reduce(x, out=np.empty(4)).tolist() == x.tolist()
+    assert cc.broadcast(x).tolist() == x.tolist()
+    assert cc.all_gather(x.reshape(2, 2), axis=1).tolist() == x.reshape(2, 2).tolist()
+    assert cc.reduce_scatter(x.reshape(2, 2), axis=1).tolist() == x.reshape(2, 2).tolist()
+
+
+class _Subclass(np.ndarray):
+    """A NumPy subclass: not the NumPy fast path, so it travels by DLPack."""
+
+
+def test_arrays_without_the_numpy_fast_path_go_through_dlpack(world1):
+    x = np.arange(10, dtype=np.int32).view(_Subclass)
+    result = cc.all_reduce(x, "sum")
+    assert isinstance(result, np.ndarray) and np.array_equal(result, np.arange(10))
+    out = np.zeros(10, np.int32).view(_Subclass)
+    assert cc.all_reduce(x, out=out) is out and np.array_equal(out, np.arange(10))
+    assert cc.all_reduce(out, out=out) is out and np.array_equal(out, np.arange(10))
+
+
+class _LegacyProducer:
+    """A producer from before DLPack 1.0: __dlpack__ takes no max_version."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_dlpack_capsules_are_consumed_and_released_once(world1):
+    send = np.arange(1000, dtype=np.float64).view(_Subclass)
+    recv = np.zeros(1000, np.float64)
+    legacy_send = _LegacyProducer(np.arange(1000, dtype=np.float64))
+    before = sys.getrefcount(send), sys.getrefcount(legacy_send.array)
+    handle = world1._handle
+    handle.all_reduce(send, recv, "sum", False)
+    assert np.array_equal(recv, np.arange(1000))
+    handle.all_reduce(legacy_send, recv, "max", False)
+    work = handle.all_reduce(send, recv, "sum", True)
+    assert work.wait() is recv
+    del work
+    # Each deleter dropped the reference its capsule held, exactly once.
+    assert (sys.getrefcount(send), sys.getrefcount(legacy_send.array)) == before
+
+
+def test_async_work_keeps_its_arrays_alive(world1):
+    work = cc.all_reduce(np.arange(100_000, dtype=np.float32), async_op=True)
+    result = work.wait()
+    assert np.array_equal(result, np.arange(100_000, dtype=np.float32))
+    assert work.wait() is result  # waiting again returns the same result
+    assert work.test() and work.done()
+
+
+def test_dropping_unfinished_work_is_safe(world1):
+    for _ in range(20):
+        cc.all_reduce(np.ones(50_000, np.float64), async_op=True)
+    assert cc.all_reduce(np.ones(3)).tolist() == [1, 1, 1]
+
+
+def test_waiting_less_than_the_collective_takes(thread_ranks):
+    rank0_waited = threading.Event()
+
+    def rank_main(comm):
+        if comm.rank == 1:
+            rank0_waited.wait(30)
+            return cc.all_reduce(np.ones(3), comm=comm)
+        work = cc.all_reduce(np.ones(3), comm=comm, async_op=True)
+        try:
+            with pytest.raises(cc.CollectiveTimeoutError):
+                work.wait(timeout=0.05)
+            assert not work.done()
+        finally:
+            rank0_waited.set()
+        return work.wait()
+
+    for result in thread_ranks(2, rank_main):
+        assert result.tolist() == [2, 2, 2]
+
+
+def test_threads_as_ranks(thread_ranks, seed):
+    def rank_main(comm):
+        x = rank_data(seed, comm.rank, 1, "float32", (1001,))
+        reduced = cc.all_reduce(x, "sum", comm=comm)
+        gathered = comm.all_gather(x, tiled=False)
+        return reduced, gathered
+
+    results = thread_ranks(3, rank_main)
+    xs = [rank_data(seed, r, 1, "float32", (1001,)) for r in range(3)]
+    for reduced, gathered in results:
+        assert difference(reduced, reference_reduce(xs, "sum")) is None
+        assert np.array_equal(gathered, np.stack(xs))
+
+
+def test_torch_tensors_including_bfloat16(thread_ranks, seed):
+    torch = pytest.importorskip("torch")
+
+    def rank_main(comm):
+        out = []
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            x = torch.from_numpy(rank_data(seed, comm.rank, 2, "float32", (4, 6))).to(dtype)
+            reduced = cc.all_reduce(x, "sum", comm=comm)
+            gathered = cc.all_gather(x, axis=1, comm=comm)
+            scattered = cc.reduce_scatter(x, "max", axis=1, comm=comm)
+            in_place = x.clone()
+            cc.all_reduce(in_place, "max", comm=comm, out=in_place)
+            out.append((reduced, gathered, scattered, in_place))
+        return out
+
+    nranks = 2
+    results = thread_ranks(nranks, rank_main)
+    xs = [torch.from_numpy(rank_data(seed, r, 2, "float32", (4, 6))) for r in range(nranks)]
+    for rank, per_dtype in enumerate(results):
+        for dtype, (reduced, gathered, scattered, in_place) in zip(
+                (torch.bfloat16, torch.float16, torch.float32), per_dtype):
+            inputs = [x.to(dtype) for x in xs]
+            assert type(reduced) is torch.Tensor and reduced.dtype == dtype
+            expected = sum(x.float() for x in inputs).to(dtype)
+            torch.testing.assert_close(reduced, expected)
+            assert torch.equal(gathered, torch.cat(inputs, dim=1))
+            maximum = torch.maximum(inputs[0], inputs[1])
+            assert torch.equal(scattered, maximum[:, 3 * rank:3 * rank + 3])
+            assert torch.equal(in_place, maximum)
