@@ -182,3 +182,82 @@ cdef extern from "concord/concord.h" nogil:
     concord_status concord_work_wait(concord_work_t work, double timeout_s)
     concord_status concord_work_test(concord_work_t work, int* done)
     concord_status concord_work_destroy(concord_work_t work)
+
+    # multi-tensor collectives
+    concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor** tensors,
+                                            size_t num_tensors, concord_reduce_op op,
+                                            void* stream, concord_work_t* work)
+
+    # data parallel: gradient buckets
+    ctypedef struct concord_grad_sync:
+        pass
+    ctypedef concord_grad_sync* concord_grad_sync_t
+
+    ctypedef enum concord_compress:
+        CONCORD_COMPRESS_NONE
+        CONCORD_COMPRESS_BF16
+        CONCORD_COMPRESS_FP16
+
+    ctypedef struct concord_grad_sync_options:
+        size_t struct_size
+        double bucket_cap_mb
+        double first_bucket_mb
+        concord_reduce_op op
+        concord_compress compress
+
+    concord_status concord_grad_sync_create(concord_comm_t comm, const DLTensor** grads,
+                                            size_t num_grads, const int64_t* ready_order,
+                                            const concord_grad_sync_options* options,
+                                            concord_grad_sync_t* out)
+    concord_status concord_grad_sync_num_buckets(concord_grad_sync_t sync, size_t* num_buckets)
+    concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t index,
+                                               size_t* bucket)
+    concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
+                                                DLTensor* grad)
+    concord_status concord_grad_sync_wait(concord_grad_sync_t sync)
+    concord_status concord_grad_sync_destroy(concord_grad_sync_t sync)
+
+    # data parallel: fused optimizers
+    ctypedef struct concord_sgd_options:
+        size_t struct_size
+        double lr
+        double momentum
+        double weight_decay
+        int nesterov
+        int64_t step
+
+    concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
+                                    DLTensor** params, const DLTensor** grads,
+                                    DLTensor** momentum_buffers)
+
+    ctypedef struct concord_adamw_options:
+        size_t struct_size
+        double lr
+        double beta1
+        double beta2
+        double eps
+        double weight_decay
+        int64_t step
+
+    concord_status concord_adamw_step(const concord_adamw_options* options, size_t num_tensors,
+                                      DLTensor** params, const DLTensor** grads,
+                                      DLTensor** exp_avg, DLTensor** exp_avg_sq)
+    concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor** tensors,
+                                          double* result)
+    concord_status concord_scale(size_t num_tensors, DLTensor** tensors, double scale)
+
+    # metrics: update kernels
+    concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,
+                                               const DLTensor* weights)
+    concord_status concord_metric_max(DLTensor* state, const DLTensor* values)
+    concord_status concord_metric_min(DLTensor* state, const DLTensor* values)
+    concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTensor* preds,
+                                                   const DLTensor* target)
+    concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
+                                                   const DLTensor* target, double threshold)
+    concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
+                                                    const DLTensor* target, double threshold)
+    concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
+                                               const DLTensor* target, int64_t k)
+    concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
+                                                   const DLTensor* target)

@@ -16,6 +16,8 @@ from posix.unistd cimport getpid
 
 import enum
 
+import numpy as np
+
 cnp.import_array()
 
 if sizeof(cnp.npy_intp) != sizeof(int64_t):
@@ -287,6 +289,53 @@ cdef _Tensor _import_out(object out, object x, _Tensor send):
             raise _invalid(f"x is on {x_device} but out is on {out_device}; "
                            "both must be on the same device")
     return recv
+
+
+@cython.final
+cdef class _TensorList:
+    """Several arrays seen as an array of DLTensor pointers, for the
+    multi-tensor calls; keeps every _Tensor alive as long as itself."""
+    cdef list tensors
+    cdef DLTensor** ptrs
+    cdef size_t count
+
+    def __dealloc__(self):
+        PyMem_Free(self.ptrs)
+
+
+cdef _TensorList _import_list(object arrays, str role, bint writable):
+    cdef _TensorList result = _TensorList.__new__(_TensorList)
+    cdef _Tensor t
+    cdef size_t i
+    arrays = list(arrays)
+    result.count = len(arrays)
+    result.tensors = []
+    result.ptrs = <DLTensor**>PyMem_Malloc(max(result.count, 1) * sizeof(DLTensor*))
+    if result.ptrs == NULL:
+        raise MemoryError()
+    for i in range(result.count):
+        t = _import(arrays[i], f"{role}[{i}]")
+        if writable and (t.read_only or t.copied):
+            raise _invalid(f"{role}[{i}] cannot be written in place "
+                           f"({'it is read-only' if t.read_only else 'its __dlpack__ made a copy'})")
+        result.tensors.append(t)
+        result.ptrs[i] = &t.dl
+    return result
+
+
+cdef _Tensor _import_state(object state, str role):
+    """A state array updated in place."""
+    cdef _Tensor t = _import(state, role)
+    if t.read_only or t.copied:
+        raise _invalid(f"{role} cannot be updated in place "
+                       f"({'it is read-only' if t.read_only else 'its __dlpack__ made a copy'})")
+    return t
+
+
+cdef int _same_length(object first, str first_role, object other, str other_role) except -1:
+    if len(other) != len(first):
+        raise _invalid(f"{first_role} has {len(first)} arrays but {other_role} has {len(other)}")
+    return 0
 
 
 def check_output(x, out):
@@ -652,6 +701,22 @@ cdef class Comm:
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
+    def all_reduce_multi(self, arrays, op, bint async_op):
+        """All-reduces every array in place as one collective per dtype;
+        returns the list (or a Work giving it)."""
+        cdef concord_reduce_op code = <concord_reduce_op>_reduce_op(op)
+        cdef concord_comm_t handle = self._checked()
+        arrays = list(arrays)
+        cdef _TensorList tensors = _import_list(arrays, "arrays", True)
+        cdef concord_work_t work = NULL
+        cdef concord_work_t* work_p = &work if async_op else NULL
+        cdef concord_status status
+        with nogil:
+            status = concord_all_reduce_multi(handle, tensors.ptrs, tensors.count, code, NULL,
+                                              work_p)
+        check_status(status)
+        return Work._wrap(work, self, (tensors,), arrays, None) if async_op else arrays
+
     def barrier(self):
         cdef concord_comm_t handle = self._checked()
         cdef concord_status status
@@ -755,3 +820,259 @@ cdef class Work:
             concord_work_wait(self.handle, -1.0)
             concord_work_destroy(self.handle)
         self.handle = NULL
+
+
+# ---- data parallel ---------------------------------------------------------------
+
+cdef dict _compressions = {None: CONCORD_COMPRESS_NONE, "bf16": CONCORD_COMPRESS_BF16,
+                           "fp16": CONCORD_COMPRESS_FP16}
+
+
+@cython.final
+cdef class GradSync:
+    """Gradient buckets over a communicator: mark_ready(i, grad) packs a
+    gradient and starts its bucket's all-reduce once the bucket is full;
+    wait() unpacks every result into the gradients."""
+    cdef concord_grad_sync_t handle
+    cdef Comm comm
+    cdef dict marked  # index -> _Tensor, alive until wait() unpacked into it
+    cdef int pid
+
+    def __cinit__(self):
+        self.handle = NULL
+        self.pid = getpid()
+
+    def __init__(self, Comm comm not None, templates, ready_order=None,
+                 double bucket_cap_mb=25.0, double first_bucket_mb=1.0, op="mean",
+                 compress=None):
+        cdef _TensorList grads = _import_list(templates, "templates", False)
+        cdef concord_grad_sync_options options
+        cdef cnp.ndarray order
+        cdef const int64_t* order_p = NULL
+        cdef concord_comm_t comm_handle = comm._checked()
+        cdef concord_status status
+        if op not in ("mean", "sum"):
+            raise _invalid(f"reduce must be 'mean' or 'sum', got {op!r}")
+        if compress not in _compressions:
+            raise _invalid(f"compress must be None, 'bf16' or 'fp16', got {compress!r}")
+        if ready_order is not None:
+            order = np.ascontiguousarray(ready_order, dtype=np.int64)
+            if order.ndim != 1 or <size_t>order.shape[0] != grads.count:
+                raise _invalid(f"ready_order must list {grads.count} indices, "
+                               f"got shape {np.shape(ready_order)}")
+            order_p = <const int64_t*>cnp.PyArray_DATA(order)
+        options.struct_size = sizeof(concord_grad_sync_options)
+        options.bucket_cap_mb = bucket_cap_mb
+        options.first_bucket_mb = first_bucket_mb
+        options.op = <concord_reduce_op>_reduce_op(op)
+        options.compress = <concord_compress>_compressions[compress]
+        with nogil:
+            status = concord_grad_sync_create(comm_handle, <const DLTensor**>grads.ptrs,
+                                              grads.count, order_p, &options, &self.handle)
+        check_status(status)
+        self.comm = comm
+        self.marked = {}
+
+    cdef concord_grad_sync_t _checked(self) except NULL:
+        if self.handle == NULL:
+            raise _errors().ConcordError("the gradient synchronizer is closed")
+        return self.handle
+
+    @property
+    def num_buckets(self):
+        cdef size_t n = 0
+        check_status(concord_grad_sync_num_buckets(self._checked(), &n))
+        return n
+
+    def bucket_of(self, size_t index):
+        cdef size_t bucket = 0
+        check_status(concord_grad_sync_bucket_of(self._checked(), index, &bucket))
+        return bucket
+
+    def mark_ready(self, size_t index, grad):
+        cdef concord_grad_sync_t handle = self._checked()
+        cdef _Tensor t = _import_state(grad, "grad")
+        cdef concord_status status
+        with nogil:
+            status = concord_grad_sync_mark_ready(handle, index, &t.dl)
+        check_status(status)
+        self.marked[index] = t
+
+    def wait(self):
+        cdef concord_grad_sync_t handle = self._checked()
+        cdef concord_status status
+        with nogil:
+            status = concord_grad_sync_wait(handle)
+        self.marked = {}
+        check_status(status)
+
+    def close(self):
+        cdef concord_grad_sync_t handle = self.handle
+        self.handle = NULL
+        if handle != NULL and _owned_here(self.pid):
+            with nogil:
+                concord_grad_sync_destroy(handle)  # waits for buckets in flight
+        self.marked = None
+        self.comm = None
+
+    def __dealloc__(self):
+        cdef concord_grad_sync_t handle = self.handle
+        self.handle = NULL
+        if handle != NULL and _owned_here(self.pid):
+            with nogil:
+                concord_grad_sync_destroy(handle)
+
+
+def sgd_step(params, grads, momentum_buffers, double lr, double momentum=0.0,
+             double weight_decay=0.0, bint nesterov=False, int64_t step=1):
+    """One fused SGD step over every array, in place."""
+    params, grads = list(params), list(grads)
+    _same_length(params, "params", grads, "grads")
+    cdef _TensorList p = _import_list(params, "params", True)
+    cdef _TensorList g = _import_list(grads, "grads", False)
+    cdef _TensorList b = None
+    cdef DLTensor** b_ptrs = NULL
+    if momentum_buffers is not None:
+        momentum_buffers = list(momentum_buffers)
+        _same_length(params, "params", momentum_buffers, "momentum_buffers")
+        b = _import_list(momentum_buffers, "momentum_buffers", True)
+        b_ptrs = b.ptrs
+    cdef concord_sgd_options options
+    cdef concord_status status
+    options.struct_size = sizeof(concord_sgd_options)
+    options.lr = lr
+    options.momentum = momentum
+    options.weight_decay = weight_decay
+    options.nesterov = nesterov
+    options.step = step
+    with nogil:
+        status = concord_sgd_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs, b_ptrs)
+    check_status(status)
+
+
+def adamw_step(params, grads, exp_avg, exp_avg_sq, double lr, double beta1=0.9,
+               double beta2=0.999, double eps=1e-8, double weight_decay=0.01, int64_t step=1):
+    """One fused AdamW step over every array, in place."""
+    params, grads, exp_avg, exp_avg_sq = list(params), list(grads), list(exp_avg), list(exp_avg_sq)
+    _same_length(params, "params", grads, "grads")
+    _same_length(params, "params", exp_avg, "exp_avg")
+    _same_length(params, "params", exp_avg_sq, "exp_avg_sq")
+    cdef _TensorList p = _import_list(params, "params", True)
+    cdef _TensorList g = _import_list(grads, "grads", False)
+    cdef _TensorList m = _import_list(exp_avg, "exp_avg", True)
+    cdef _TensorList v = _import_list(exp_avg_sq, "exp_avg_sq", True)
+    cdef concord_adamw_options options
+    cdef concord_status status
+    options.struct_size = sizeof(concord_adamw_options)
+    options.lr = lr
+    options.beta1 = beta1
+    options.beta2 = beta2
+    options.eps = eps
+    options.weight_decay = weight_decay
+    options.step = step
+    with nogil:
+        status = concord_adamw_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs,
+                                    m.ptrs, v.ptrs)
+    check_status(status)
+
+
+def sum_of_squares(arrays):
+    """Sum of the squares of every element of every array (float64)."""
+    cdef _TensorList t = _import_list(arrays, "arrays", False)
+    cdef double result = 0.0
+    cdef concord_status status
+    with nogil:
+        status = concord_sum_of_squares(t.count, <const DLTensor**>t.ptrs, &result)
+    check_status(status)
+    return result
+
+
+def scale(arrays, double factor):
+    """Multiplies every array by factor, in place."""
+    cdef _TensorList t = _import_list(arrays, "arrays", True)
+    cdef concord_status status
+    with nogil:
+        status = concord_scale(t.count, t.ptrs, factor)
+    check_status(status)
+
+
+# ---- metric updates --------------------------------------------------------------
+# Each updates a caller-owned state array in place; no communication.
+
+def metric_weighted_sum(state, values, weights=None):
+    cdef _Tensor s = _import_state(state, "state")
+    cdef _Tensor v = _import(values, "values")
+    cdef _Tensor w = None if weights is None else _import(weights, "weights")
+    cdef const DLTensor* w_p = NULL if w is None else &w.dl
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_weighted_sum(&s.dl, &v.dl, w_p)
+    check_status(status)
+
+
+def metric_max(state, values):
+    cdef _Tensor s = _import_state(state, "state")
+    cdef _Tensor v = _import(values, "values")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_max(&s.dl, &v.dl)
+    check_status(status)
+
+
+def metric_min(state, values):
+    cdef _Tensor s = _import_state(state, "state")
+    cdef _Tensor v = _import(values, "values")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_min(&s.dl, &v.dl)
+    check_status(status)
+
+
+def metric_confusion_matrix(confusion, preds, target):
+    cdef _Tensor c = _import_state(confusion, "confusion")
+    cdef _Tensor p = _import(preds, "preds")
+    cdef _Tensor t = _import(target, "target")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_confusion_matrix(&c.dl, &p.dl, &t.dl)
+    check_status(status)
+
+
+def metric_binary_confusion(confusion, preds, target, double threshold=0.5):
+    cdef _Tensor c = _import_state(confusion, "confusion")
+    cdef _Tensor p = _import(preds, "preds")
+    cdef _Tensor t = _import(target, "target")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_binary_confusion(&c.dl, &p.dl, &t.dl, threshold)
+    check_status(status)
+
+
+def metric_multilabel_counts(counts, preds, target, double threshold=0.5):
+    cdef _Tensor c = _import_state(counts, "counts")
+    cdef _Tensor p = _import(preds, "preds")
+    cdef _Tensor t = _import(target, "target")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_multilabel_counts(&c.dl, &p.dl, &t.dl, threshold)
+    check_status(status)
+
+
+def metric_topk_correct(counts, preds, target, int64_t k=1):
+    cdef _Tensor c = _import_state(counts, "counts")
+    cdef _Tensor p = _import(preds, "preds")
+    cdef _Tensor t = _import(target, "target")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_topk_correct(&c.dl, &p.dl, &t.dl, k)
+    check_status(status)
+
+
+def metric_binary_histogram(histogram, scores, target):
+    cdef _Tensor h = _import_state(histogram, "histogram")
+    cdef _Tensor p = _import(scores, "scores")
+    cdef _Tensor t = _import(target, "target")
+    cdef concord_status status
+    with nogil:
+        status = concord_metric_binary_histogram(&h.dl, &p.dl, &t.dl)
+    check_status(status)
