@@ -1,1 +1,227 @@
-// (being written)
+// The C ABI of data parallelism: gradient buckets, fused optimizers and the
+// multi-tensor helpers of gradient clipping. Every argument is checked
+// before any tensor is read or written.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "abi_support.hpp"
+#include "base/format.hpp"
+#include "base/tensor_view.hpp"
+#include "dp/grad_sync.hpp"
+#include "kernels/cpu/multi_tensor.hpp"
+#include "kernels/cpu/optim.hpp"
+
+// The communicator is borrowed, not owned: concord_comm handles own theirs
+// uniquely, so the contract (concord.h) is that the comm handle outlives
+// this one.
+struct concord_grad_sync {
+  std::vector<std::vector<std::int64_t>> shapes;  // planned shape of every gradient
+  std::unique_ptr<concord::dp::GradientSynchronizer> sync;
+};
+
+namespace {
+
+using concord::TensorView;
+using concord::concat;
+using concord::invalid_argument;
+using concord::cabi::require;
+using concord::cabi::require_out;
+using concord::cabi::to_reduce_op;
+using concord::cabi::view;
+
+template <typename Options>
+const Options& require_options(const Options* options, const char* type, const char* init) {
+  if (options == nullptr)
+    invalid_argument("options is NULL; pass a ", type, " set up with ", init);
+  if (options->struct_size != sizeof(Options))
+    invalid_argument("options->struct_size is ", options->struct_size, "; set it to sizeof(", type,
+                     ") = ", sizeof(Options));
+  return *options;
+}
+
+// Views of tensors[0..n); `name` names the array and `count` its length
+// argument in messages.
+std::vector<TensorView> views(const DLTensor* const* tensors, std::size_t n, const char* name,
+                              const char* count = "num_tensors") {
+  if (tensors == nullptr && n != 0) invalid_argument(name, " is NULL but ", count, " is ", n);
+  std::vector<TensorView> result;
+  result.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    result.push_back(view(tensors[i], concat(name, "[", i, "]").c_str()));
+  return result;
+}
+
+std::vector<std::int64_t> shape_of(const DLTensor& t) {
+  return {t.shape, t.shape + t.ndim};
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
+  return text + "]";
+}
+
+// Call after views(), which rejects NULL tensors and missing shapes.
+void check_same_shapes(const DLTensor* const* a, const char* a_name, const DLTensor* const* b,
+                       const char* b_name, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (shape_of(*a[i]) != shape_of(*b[i]))
+      invalid_argument(a_name, "[", i, "] has shape ", shape_text(shape_of(*a[i])), " but ",
+                       b_name, "[", i, "] has shape ", shape_text(shape_of(*b[i])));
+}
+
+concord::dp::Compression to_compression(concord_compress c) {
+  switch (c) {
+    case CONCORD_COMPRESS_NONE: return concord::dp::Compression::kNone;
+    case CONCORD_COMPRESS_BF16: return concord::dp::Compression::kBFloat16;
+    case CONCORD_COMPRESS_FP16: return concord::dp::Compression::kFloat16;
+  }
+  invalid_argument("unknown compression ", static_cast<int>(c),
+                   "; valid: CONCORD_COMPRESS_NONE, CONCORD_COMPRESS_BF16, CONCORD_COMPRESS_FP16");
+}
+
+concord::dp::GradSyncOptions to_grad_sync_options(const concord_grad_sync_options* given) {
+  concord_grad_sync_options o = CONCORD_GRAD_SYNC_OPTIONS_INIT;
+  if (given != nullptr)
+    o = require_options(given, "concord_grad_sync_options", "CONCORD_GRAD_SYNC_OPTIONS_INIT");
+  return {o.bucket_cap_mb, o.first_bucket_mb, to_reduce_op(o.op), to_compression(o.compress)};
+}
+
+std::vector<std::size_t> to_ready_order(const std::int64_t* order, std::size_t n) {
+  if (order == nullptr) return {};
+  std::vector<std::size_t> result(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (order[i] < 0) invalid_argument("ready_order[", i, "] is ", order[i], ", a negative index");
+    result[i] = static_cast<std::size_t>(order[i]);
+  }
+  return result;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- gradient buckets ------------------------------------------------------------
+
+concord_status concord_grad_sync_create(concord_comm_t comm, const DLTensor* const* grads,
+                                        size_t num_grads, const int64_t* ready_order,
+                                        const concord_grad_sync_options* options,
+                                        concord_grad_sync_t* out) {
+  CONCORD_API_BEGIN
+  require_out(out, "out");
+  *out = nullptr;
+  auto& communicator = *require(comm, "comm").comm;
+  const concord::dp::GradSyncOptions opts = to_grad_sync_options(options);
+  std::vector<TensorView> templates = views(grads, num_grads, "grads", "num_grads");
+  auto handle = std::make_unique<concord_grad_sync>();
+  for (std::size_t i = 0; i < num_grads; ++i) handle->shapes.push_back(shape_of(*grads[i]));
+  handle->sync = std::make_unique<concord::dp::GradientSynchronizer>(
+      communicator, std::move(templates), to_ready_order(ready_order, num_grads), opts);
+  *out = handle.release();
+  CONCORD_API_END
+}
+
+concord_status concord_grad_sync_num_buckets(concord_grad_sync_t sync, size_t* num_buckets) {
+  CONCORD_API_BEGIN
+  require_out(num_buckets, "num_buckets");
+  *num_buckets = require(sync, "sync").sync->num_buckets();
+  CONCORD_API_END
+}
+
+concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t index,
+                                           size_t* bucket) {
+  CONCORD_API_BEGIN
+  require_out(bucket, "bucket");
+  *bucket = require(sync, "sync").sync->bucket_of(index);
+  CONCORD_API_END
+}
+
+concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
+                                            DLTensor* grad) {
+  CONCORD_API_BEGIN
+  auto& s = require(sync, "sync");
+  const TensorView g = view(grad, "grad");
+  if (index >= s.shapes.size())
+    invalid_argument("grad_sync_mark_ready: gradient index ", index, " is outside [0, ",
+                     s.shapes.size(), ")");
+  if (shape_of(*grad) != s.shapes[index])
+    invalid_argument("grad_sync_mark_ready: grad has shape ", shape_text(shape_of(*grad)),
+                     " but gradient ", index, " was planned with shape ",
+                     shape_text(s.shapes[index]));
+  s.sync->mark_ready(index, g);
+  CONCORD_API_END
+}
+
+concord_status concord_grad_sync_wait(concord_grad_sync_t sync) {
+  CONCORD_API_BEGIN
+  require(sync, "sync").sync->wait();
+  CONCORD_API_END
+}
+
+concord_status concord_grad_sync_destroy(concord_grad_sync_t sync) {
+  CONCORD_API_BEGIN
+  delete sync;
+  CONCORD_API_END
+}
+
+// ---- fused optimizers ---------------------------------------------------------------
+
+concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
+                                DLTensor* const* params, const DLTensor* const* grads,
+                                DLTensor* const* momentum_buffers) {
+  CONCORD_API_BEGIN
+  const concord_sgd_options& o =
+      require_options(options, "concord_sgd_options", "CONCORD_SGD_OPTIONS_INIT");
+  const std::vector<TensorView> p = views(params, num_tensors, "params");
+  const std::vector<TensorView> g = views(grads, num_tensors, "grads");
+  check_same_shapes(grads, "grads", params, "params", num_tensors);
+  std::vector<TensorView> buffers;
+  if (o.momentum != 0.0) {
+    if (momentum_buffers == nullptr && num_tensors != 0)
+      invalid_argument("momentum_buffers is NULL but momentum is ", o.momentum,
+                       "; pass one buffer per parameter (NULL only when momentum == 0)");
+    buffers = views(momentum_buffers, num_tensors, "momentum_buffers");
+    check_same_shapes(momentum_buffers, "momentum_buffers", params, "params", num_tensors);
+  }
+  concord::cpu::sgd_step({o.lr, o.momentum, o.weight_decay, o.nesterov != 0, o.step}, p, g,
+                         buffers);
+  CONCORD_API_END
+}
+
+concord_status concord_adamw_step(const concord_adamw_options* options, size_t num_tensors,
+                                  DLTensor* const* params, const DLTensor* const* grads,
+                                  DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq) {
+  CONCORD_API_BEGIN
+  const concord_adamw_options& o =
+      require_options(options, "concord_adamw_options", "CONCORD_ADAMW_OPTIONS_INIT");
+  const std::vector<TensorView> p = views(params, num_tensors, "params");
+  const std::vector<TensorView> g = views(grads, num_tensors, "grads");
+  const std::vector<TensorView> m = views(exp_avg, num_tensors, "exp_avg");
+  const std::vector<TensorView> v = views(exp_avg_sq, num_tensors, "exp_avg_sq");
+  check_same_shapes(grads, "grads", params, "params", num_tensors);
+  check_same_shapes(exp_avg, "exp_avg", params, "params", num_tensors);
+  check_same_shapes(exp_avg_sq, "exp_avg_sq", params, "params", num_tensors);
+  concord::cpu::adamw_step({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step}, p, g, m, v);
+  CONCORD_API_END
+}
+
+// ---- multi-tensor helpers -----------------------------------------------------------
+
+concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
+                                      double* result) {
+  CONCORD_API_BEGIN
+  require_out(result, "result");
+  *result = concord::cpu::sum_of_squares(views(tensors, num_tensors, "tensors"));
+  CONCORD_API_END
+}
+
+concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale) {
+  CONCORD_API_BEGIN
+  concord::cpu::scale(views(tensors, num_tensors, "tensors"), scale);
+  CONCORD_API_END
+}
+
+}  // extern "C"

@@ -1,1 +1,444 @@
-// (being written)
+// Fused optimizers (SGD, AdamW) and the multi-tensor helpers of gradient
+// clipping (scale, sum of squares), through libcore and the C ABI, against
+// scalar references written here from torch.optim's documented algorithms
+// and computed in float64.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "base/tensor_view.hpp"
+#include "concord/concord.h"
+#include "kernels/cpu/multi_tensor.hpp"
+#include "kernels/cpu/optim.hpp"
+
+#include "host_tensor.hpp"
+
+using namespace concord;
+
+namespace {
+
+using testing::HostTensor;
+using testing::make_list;
+using testing::views_of;
+
+// Sizes around every vector width and the executors' 1024-element blocks.
+const std::vector<std::int64_t> kSizes = {1, 3, 17, 0, 1000, 1023, 1025, 4099};
+
+// |got - want| <= rel * max(|want|, 1): relative for large values, absolute
+// near zero, where a relative bound means nothing for cancelling sums.
+std::string compare(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                    const std::string& what) {
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= rel * std::max(std::fabs(want[i]), 1.0))) {
+      std::ostringstream why;
+      why.precision(17);
+      why << what << "[" << i << "]: got " << got[i] << ", want " << want[i];
+      return why.str();
+    }
+  return "";
+}
+
+// ---- references, from torch.optim's documentation, in float64 ----
+
+struct RefSgd {
+  double lr, momentum, weight_decay;
+  bool nesterov;
+  void step(int t, std::vector<double>& p, const std::vector<double>& g,
+            std::vector<double>& buf) const {
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      double d = g[i] + weight_decay * p[i];
+      if (momentum != 0) {
+        buf[i] = t == 1 ? d : momentum * buf[i] + d;
+        d = nesterov ? d + momentum * buf[i] : buf[i];
+      }
+      p[i] -= lr * d;
+    }
+  }
+};
+
+struct RefAdamW {
+  double lr, beta1, beta2, eps, weight_decay;
+  void step(int t, std::vector<double>& p, const std::vector<double>& g, std::vector<double>& m,
+            std::vector<double>& v) const {
+    const double bias1 = 1 - std::pow(beta1, t), bias2 = 1 - std::pow(beta2, t);
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      p[i] *= 1 - lr * weight_decay;
+      m[i] = beta1 * m[i] + (1 - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i];
+      const double denom = std::sqrt(v[i]) / std::sqrt(bias2) + eps;
+      p[i] -= lr / bias1 * m[i] / denom;
+    }
+  }
+};
+
+double tolerance(DType dtype) { return dtype == DType::kFloat32 ? 1e-6 : 1e-12; }
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+template <typename F>
+Status status_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.status();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---- SGD -------------------------------------------------------------------------
+
+TEST_CASE("fused SGD matches torch.optim.SGD over several steps", "[optim]") {
+  struct Case { double momentum, weight_decay; bool nesterov; };
+  const Case cases[] = {{0, 0, false}, {0, 0.05, false}, {0.9, 0, false},
+                        {0.9, 0.05, false}, {0.9, 0.05, true}, {0.5, 0, true}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (const Case& c : cases) {
+      INFO(dtype_name(dtype) << " momentum " << c.momentum << " wd " << c.weight_decay
+                             << " nesterov " << c.nesterov);
+      std::mt19937_64 rng(42);
+      auto params = make_list(dtype, kSizes), grads = make_list(dtype, kSizes),
+           bufs = make_list(dtype, kSizes);
+      std::vector<std::vector<double>> ref_p, ref_buf;
+      for (auto& p : params) {
+        p.fill(rng, -2, 2);
+        ref_p.push_back(p.values());
+        ref_buf.emplace_back(p.size(), 0.0);
+      }
+      // The first step must not read the buffers: fill them with garbage.
+      for (auto& b : bufs) b.fill(rng, 1e30, 1e31);
+      const RefSgd ref{0.1, c.momentum, c.weight_decay, c.nesterov};
+      for (int t = 1; t <= 4; ++t) {
+        for (std::size_t k = 0; k < grads.size(); ++k) {
+          grads[k].fill(rng, -1, 1);
+          ref.step(t, ref_p[k], grads[k].values(), ref_buf[k]);
+        }
+        cpu::SgdOptions o{0.1, c.momentum, c.weight_decay, c.nesterov, t};
+        auto pv = views_of(params), gv = views_of(grads), bv = views_of(bufs);
+        cpu::sgd_step(o, pv, gv, c.momentum != 0 ? bv : std::vector<TensorView>{});
+      }
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        CHECK(compare(params[k].values(), ref_p[k], tolerance(dtype), "param") == "");
+        if (c.momentum != 0)
+          CHECK(compare(bufs[k].values(), ref_buf[k], tolerance(dtype), "buffer") == "");
+      }
+    }
+}
+
+// ---- AdamW -------------------------------------------------------------------------
+
+TEST_CASE("fused AdamW matches torch.optim.AdamW over several steps", "[optim]") {
+  struct Case { double lr, beta1, beta2, eps, weight_decay; };
+  const Case cases[] = {{1e-2, 0.9, 0.999, 1e-8, 0.01}, {1e-1, 0.8, 0.99, 1e-6, 0.0},
+                        {3e-2, 0.0, 0.5, 1e-3, 0.1}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64})
+    for (const Case& c : cases) {
+      INFO(dtype_name(dtype) << " lr " << c.lr << " betas " << c.beta1 << ", " << c.beta2);
+      std::mt19937_64 rng(7);
+      auto params = make_list(dtype, kSizes), grads = make_list(dtype, kSizes),
+           m = make_list(dtype, kSizes), v = make_list(dtype, kSizes);
+      std::vector<std::vector<double>> ref_p, ref_m, ref_v;
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        params[k].fill(rng, -2, 2);
+        ref_p.push_back(params[k].values());
+        ref_m.emplace_back(params[k].size(), 0.0);
+        ref_v.emplace_back(params[k].size(), 0.0);
+      }
+      const RefAdamW ref{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay};
+      for (int t = 1; t <= 5; ++t) {
+        for (std::size_t k = 0; k < grads.size(); ++k) {
+          grads[k].fill(rng, -1, 1);
+          ref.step(t, ref_p[k], grads[k].values(), ref_m[k], ref_v[k]);
+        }
+        cpu::AdamWOptions o{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t};
+        cpu::adamw_step(o, views_of(params), views_of(grads), views_of(m), views_of(v));
+      }
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        CHECK(compare(params[k].values(), ref_p[k], tolerance(dtype), "param") == "");
+        CHECK(compare(m[k].values(), ref_m[k], tolerance(dtype), "exp_avg") == "");
+        CHECK(compare(v[k].values(), ref_v[k], tolerance(dtype), "exp_avg_sq") == "");
+      }
+    }
+}
+
+TEST_CASE("optimizers mix float32 and float64 tensors in one call", "[optim]") {
+  HostTensor p32(DType::kFloat32, {5}), g32(DType::kFloat32, {5}), p64(DType::kFloat64, {3}),
+      g64(DType::kFloat64, {3});
+  for (std::size_t i = 0; i < 5; ++i) p32.set(i, 1.0), g32.set(i, 0.5);
+  for (std::size_t i = 0; i < 3; ++i) p64.set(i, 2.0), g64.set(i, -1.0);
+  std::vector<TensorView> p = {p32.view(), p64.view()}, g = {g32.view(), g64.view()};
+  cpu::sgd_step({0.5, 0, 0, false, 1}, p, g, {});
+  CHECK(p32.get(4) == 0.75);
+  CHECK(p64.get(2) == 2.5);
+}
+
+TEST_CASE("optimizers validate options and tensors before writing", "[optim][errors]") {
+  std::mt19937_64 rng(1);
+  auto params = make_list(DType::kFloat32, {4, 6}), grads = make_list(DType::kFloat32, {4, 6}),
+       m = make_list(DType::kFloat32, {4, 6}), v = make_list(DType::kFloat32, {4, 6});
+  for (auto* list : {&params, &grads, &m, &v})
+    for (auto& t : *list) t.fill(rng, 0.1, 1);
+  const auto before = params[0].values();
+  auto pv = views_of(params), gv = views_of(grads), mv = views_of(m), vv = views_of(v);
+
+  auto adamw = [&](cpu::AdamWOptions o) {
+    return status_of([&] { cpu::adamw_step(o, pv, gv, mv, vv); });
+  };
+  struct OptionCase { cpu::AdamWOptions options; const char* message; };
+  const OptionCase option_cases[] = {
+      {{-1e-3, 0.9, 0.999, 1e-8, 0.01, 1}, "adamw_step: lr must be finite and >= 0, got -0.001"},
+      {{1e-3, 1.0, 0.999, 1e-8, 0.01, 1}, "adamw_step: beta1 must be in [0, 1), got 1"},
+      {{1e-3, 0.9, -0.1, 1e-8, 0.01, 1}, "adamw_step: beta2 must be in [0, 1), got -0.1"},
+      {{1e-3, 0.9, 0.999, -1, 0.01, 1}, "adamw_step: eps must be finite and >= 0, got -1"},
+      {{1e-3, 0.9, 0.999, 1e-8, NAN, 1},
+       "adamw_step: weight_decay must be finite and >= 0, got nan"},
+      {{1e-3, 0.9, 0.999, 1e-8, 0.01, 0},
+       "adamw_step: step must be >= 1 (1 on the first step), got 0"},
+  };
+  for (const auto& c : option_cases) {
+    const Status s = adamw(c.options);
+    CHECK(s.code == StatusCode::kInvalidArgument);
+    CHECK(s.message == c.message);
+  }
+
+  // A bad tensor late in the list: nothing before it was written either.
+  HostTensor wrong(DType::kFloat64, {6});
+  gv[1] = wrong.view();
+  Status s = adamw({});
+  CHECK(s.message == "adamw_step: grads[1] is float64 with 6 elements on cpu but params[1] is "
+                     "float32 with 6 elements on cpu");
+  HostTensor short_grad(DType::kFloat32, {5});
+  gv[1] = short_grad.view();
+  CHECK(contains(adamw({}).message, "grads[1] is float32 with 5 elements"));
+  gv = views_of(grads);
+  mv.pop_back();
+  CHECK(adamw({}).message == "adamw_step: 2 params but 1 exp_avg");
+  mv = views_of(m);
+  mv[1] = vv[1];
+  CHECK(adamw({}).message ==
+        "adamw_step: exp_avg[1] and exp_avg_sq[1] share memory; every state needs its own buffer");
+  mv = views_of(m);
+  CHECK(params[0].values() == before);
+
+  auto half_params = make_list(DType::kBFloat16, {4, 6});
+  auto hv = views_of(half_params);
+  s = status_of([&] { cpu::sgd_step({}, hv, hv, {}); });
+  CHECK(s.message == "sgd_step: params[0] is bfloat16; the optimizers update float32 or float64 "
+                     "parameters");
+  s = status_of([&] { cpu::sgd_step({0.1, 0.0, 0.0, true, 1}, pv, gv, {}); });
+  CHECK(s.message == "sgd_step: nesterov needs a momentum > 0");
+  s = status_of([&] { cpu::sgd_step({0.1, 0.9, 0.0, false, 1}, pv, gv, {}); });
+  CHECK(s.message == "sgd_step: 2 params but 0 momentum_buffers");
+  TensorView on_gpu = pv[0];
+  on_gpu.device = {DeviceKind::kCUDA, 0};
+  std::vector<TensorView> gpu_list = {on_gpu};
+  s = status_of([&] { cpu::sgd_step({}, gpu_list, gpu_list, {}); });
+  CHECK(s.code == StatusCode::kUnavailable);
+  CHECK(params[0].values() == before);
+}
+
+// ---- scale and sum of squares ------------------------------------------------------
+
+TEST_CASE("scale multiplies every tensor in place, any floating dtype", "[optim]") {
+  const DType dtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
+  // Rounding of one product into the dtype, relative.
+  auto unit = [](DType d) {
+    switch (d) {
+      case DType::kFloat16: return 0x1p-11;
+      case DType::kBFloat16: return 0x1p-8;
+      case DType::kFloat32: return 0x1p-24;
+      default: return 0x1p-53;
+    }
+  };
+  std::mt19937_64 rng(3);
+  for (double factor : {0.5, 1.0 / 3.0, -7.25, 0.0}) {
+    std::vector<HostTensor> list;
+    for (std::size_t k = 0; k < kSizes.size(); ++k)
+      list.emplace_back(dtypes[k % 4], std::vector<std::int64_t>{kSizes[k]});
+    std::vector<std::vector<double>> before;
+    for (auto& t : list) {
+      t.fill(rng, -3, 3);
+      before.push_back(t.values());
+    }
+    cpu::scale(views_of(list), factor);
+    for (std::size_t k = 0; k < list.size(); ++k)
+      for (std::size_t i = 0; i < list[k].size(); ++i) {
+        const double want = before[k][i] * factor;
+        // float16 products below 2^-14 land on its subnormal grid (step 2^-24).
+        // The product runs in float32 for the 16-bit types and float32.
+        const double slack = (unit(list[k].dtype) + 0x1p-23) * std::fabs(want) + 0x1p-25;
+        if (!(std::fabs(list[k].get(i) - want) <= slack)) {
+          FAIL_CHECK(dtype_name(list[k].dtype) << "[" << i << "] * " << factor << ": got "
+                                               << list[k].get(i) << ", want " << want);
+          break;
+        }
+      }
+  }
+  HostTensor ints(DType::kInt32, {3});
+  std::vector<TensorView> iv = {ints.view()};
+  const Status s = status_of([&] { cpu::scale(iv, 2.0); });
+  CHECK(s.message == "scale: tensor 0 is int32; only floating dtypes (float16, bfloat16, float32, "
+                     "float64) are supported");
+}
+
+TEST_CASE("sum_of_squares accumulates every tensor in float64", "[optim]") {
+  std::mt19937_64 rng(5);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    auto list = make_list(dtype, kSizes);
+    double want = 0;
+    for (auto& t : list) {
+      t.fill(rng, -2, 2);
+      for (double x : t.values()) want += x * x;
+    }
+    const double got = cpu::sum_of_squares(views_of(list));
+    CHECK(got == Approx(want).epsilon(1e-13));
+  }
+  // float32 sums of squares lose this; float64 accumulation keeps it.
+  HostTensor big(DType::kFloat32, {1 << 22});
+  for (std::size_t i = 0; i < big.size(); ++i) big.set(i, i % 2 ? 1.0 : 1e-4);
+  std::vector<TensorView> bv = {big.view()};
+  const double small = double(1e-4f) * double(1e-4f);
+  CHECK(cpu::sum_of_squares(bv) == Approx((1 << 21) * (1.0 + small)).epsilon(1e-10));
+  CHECK(cpu::sum_of_squares({}) == 0.0);
+}
+
+// ---- C ABI -------------------------------------------------------------------------
+
+TEST_CASE("C ABI: sgd and adamw steps match the references", "[optim][cabi]") {
+  std::mt19937_64 rng(11);
+  auto params = make_list(DType::kFloat32, kSizes), grads = make_list(DType::kFloat32, kSizes),
+       m = make_list(DType::kFloat32, kSizes), v = make_list(DType::kFloat32, kSizes);
+  std::vector<std::vector<double>> ref_p, ref_m, ref_v;
+  for (auto& p : params) {
+    p.fill(rng, -1, 1);
+    ref_p.push_back(p.values());
+    ref_m.emplace_back(p.size(), 0.0);
+    ref_v.emplace_back(p.size(), 0.0);
+  }
+  auto dls = [](std::vector<HostTensor>& list) {
+    std::vector<DLTensor> out;
+    for (auto& t : list) out.push_back(t.dl());
+    return out;
+  };
+  auto ptrs = [](std::vector<DLTensor>& list) {
+    std::vector<DLTensor*> out;
+    for (auto& t : list) out.push_back(&t);
+    return out;
+  };
+  auto pd = dls(params), gd = dls(grads), md = dls(m), vd = dls(v);
+  auto pp = ptrs(pd), gp = ptrs(gd), mp = ptrs(md), vp = ptrs(vd);
+
+  concord_adamw_options adamw = CONCORD_ADAMW_OPTIONS_INIT;
+  adamw.lr = 0.05;
+  const RefAdamW ref{0.05, 0.9, 0.999, 1e-8, 0.01};
+  for (int t = 1; t <= 3; ++t) {
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      grads[k].fill(rng, -1, 1);
+      ref.step(t, ref_p[k], grads[k].values(), ref_m[k], ref_v[k]);
+    }
+    adamw.step = t;
+    REQUIRE(concord_adamw_step(&adamw, pp.size(), pp.data(), gp.data(), mp.data(), vp.data()) ==
+            CONCORD_OK);
+  }
+  for (std::size_t k = 0; k < params.size(); ++k)
+    CHECK(compare(params[k].values(), ref_p[k], 1e-6, "param") == "");
+
+  // SGD with momentum, the buffers in `m`.
+  concord_sgd_options sgd = CONCORD_SGD_OPTIONS_INIT;
+  sgd.lr = 0.1;
+  sgd.momentum = 0.9;
+  sgd.nesterov = 1;
+  sgd.weight_decay = 0.01;
+  const RefSgd ref_sgd{0.1, 0.9, 0.01, true};
+  for (int t = 1; t <= 3; ++t) {
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      grads[k].fill(rng, -1, 1);
+      ref_sgd.step(t, ref_p[k], grads[k].values(), ref_m[k]);
+    }
+    sgd.step = t;
+    REQUIRE(concord_sgd_step(&sgd, pp.size(), pp.data(), gp.data(), mp.data()) == CONCORD_OK);
+  }
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    CHECK(compare(params[k].values(), ref_p[k], 1e-6, "param") == "");
+    CHECK(compare(m[k].values(), ref_m[k], 1e-6, "buffer") == "");
+  }
+
+  double norm_sq = -1;
+  REQUIRE(concord_sum_of_squares(gp.size(), gp.data(), &norm_sq) == CONCORD_OK);
+  double want = 0;
+  for (auto& g : grads)
+    for (double x : g.values()) want += x * x;
+  CHECK(norm_sq == Approx(want).epsilon(1e-13));
+  REQUIRE(concord_scale(gp.size(), gp.data(), 0.5) == CONCORD_OK);
+  REQUIRE(concord_sum_of_squares(gp.size(), gp.data(), &norm_sq) == CONCORD_OK);
+  CHECK(norm_sq == Approx(want / 4).epsilon(1e-13));
+}
+
+TEST_CASE("C ABI: optimizer arguments are checked with specific messages", "[optim][cabi][errors]") {
+  HostTensor p(DType::kFloat32, {2, 3}), g(DType::kFloat32, {3, 2}), b(DType::kFloat32, {2, 3});
+  for (std::size_t i = 0; i < 6; ++i) p.set(i, 1.0), g.set(i, 1.0);
+  DLTensor pd = p.dl(), gd = g.dl(), bd = b.dl();
+  DLTensor* params[] = {&pd};
+  const DLTensor* grads[] = {&gd};
+  DLTensor* bufs[] = {&bd};
+  auto last = [] { return std::string(concord_last_error()); };
+
+  concord_sgd_options sgd = CONCORD_SGD_OPTIONS_INIT;
+  CHECK(concord_sgd_step(nullptr, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() ==
+        "options is NULL; pass a concord_sgd_options set up with CONCORD_SGD_OPTIONS_INIT");
+  sgd.struct_size = 8;
+  CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "options->struct_size is 8; set it to sizeof(concord_sgd_options)"));
+  sgd.struct_size = sizeof sgd;
+  CHECK(concord_sgd_step(&sgd, 1, nullptr, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "params is NULL but num_tensors is 1");
+  CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "grads[0] has shape [3, 2] but params[0] has shape [2, 3]");
+  g.shape = {2, 3};
+  gd = g.dl();
+  sgd.momentum = 0.9;
+  CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "momentum_buffers is NULL but momentum is 0.9; pass one buffer per parameter "
+                  "(NULL only when momentum == 0)");
+  sgd.momentum = -0.5;
+  CHECK(concord_sgd_step(&sgd, 1, params, grads, bufs) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "sgd_step: momentum must be finite and >= 0, got -0.5");
+  const DLTensor* null_grads[] = {nullptr};
+  sgd.momentum = 0;
+  CHECK(concord_sgd_step(&sgd, 1, params, null_grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "grads[0] tensor is NULL");
+  CHECK(p.values() == std::vector<double>(6, 1.0));
+  CHECK(concord_sgd_step(&sgd, 0, nullptr, nullptr, nullptr) == CONCORD_OK);
+
+  concord_adamw_options adamw = CONCORD_ADAMW_OPTIONS_INIT;
+  adamw.beta2 = 1.5;
+  CHECK(concord_adamw_step(&adamw, 1, params, grads, bufs, bufs) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "adamw_step: beta2 must be in [0, 1), got 1.5");
+  adamw.beta2 = 0.999;
+  CHECK(concord_adamw_step(&adamw, 1, params, grads, bufs, bufs) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "adamw_step: exp_avg[0] and exp_avg_sq[0] share memory; every state needs its "
+                  "own buffer");
+  CHECK(concord_adamw_step(&adamw, 1, params, grads, nullptr, bufs) ==
+        CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "exp_avg is NULL but num_tensors is 1");
+  CHECK(p.values() == std::vector<double>(6, 1.0));
+
+  CHECK(concord_sum_of_squares(1, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "output pointer result is NULL");
+  HostTensor ints(DType::kInt32, {4});
+  DLTensor id = ints.dl();
+  DLTensor* int_list[] = {&id};
+  CHECK(concord_scale(1, int_list, 2.0) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "scale: tensor 0 is int32"));
+}

@@ -234,21 +234,30 @@ std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> ten
     if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end()) dtypes.push_back(t.dtype);
   }
   return run("all_reduce_multi", device, [tensors = std::move(tensors), dtypes, op](Backend& b, OpLabel label) {
+    // Small tensors are packed so they cost one synchronisation together;
+    // large ones are reduced where they are, since packing would only add
+    // two copies to a transfer that is already pipelined.
+    constexpr std::size_t kPackBelowBytes = 256u << 10;
+    auto packed_here = [](const TensorView& t) { return t.numel != 0 && t.nbytes() < kPackBelowBytes; };
+    for (const TensorView& t : tensors)
+      if (t.nbytes() >= kPackBelowBytes)
+        b.all_reduce(label, t.data, t.data, static_cast<std::size_t>(t.numel), t.dtype, op);
     for (DType dtype : dtypes) {
       std::size_t bytes = 0;
       for (const TensorView& t : tensors)
-        if (t.dtype == dtype) bytes += t.nbytes();
+        if (t.dtype == dtype && packed_here(t)) bytes += t.nbytes();
+      if (bytes == 0) continue;
       std::vector<unsigned char> packed(bytes);
       std::size_t offset = 0;
       for (const TensorView& t : tensors)
-        if (t.dtype == dtype && t.numel != 0) {
+        if (t.dtype == dtype && packed_here(t)) {
           std::memcpy(packed.data() + offset, t.data, t.nbytes());
           offset += t.nbytes();
         }
       b.all_reduce(label, packed.data(), packed.data(), bytes / dtype_size(dtype), dtype, op);
       offset = 0;
       for (const TensorView& t : tensors)
-        if (t.dtype == dtype && t.numel != 0) {
+        if (t.dtype == dtype && packed_here(t)) {
           std::memcpy(t.data, packed.data() + offset, t.nbytes());
           offset += t.nbytes();
         }

@@ -60,8 +60,9 @@ class Communicator {
   std::shared_ptr<Work> broadcast(const TensorView& send, const TensorView& recv, int root,
                                   bool async);
   std::shared_ptr<Work> barrier(bool async);
-  // All-reduces every tensor in place: packed into one buffer per dtype,
-  // one collective per dtype, then unpacked.
+  // All-reduces every tensor in place as one operation: tensors under
+  // 256 KiB are packed into one buffer per dtype; larger ones are reduced
+  // in place, each in its own pipelined pass.
   std::shared_ptr<Work> all_reduce_multi(std::vector<TensorView> tensors, ReduceOp op, bool async);
 
   // Fails pending and future collectives here and on the peers.

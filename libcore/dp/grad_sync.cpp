@@ -1,1 +1,346 @@
-// (being written)
+#include "dp/grad_sync.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <sstream>
+#include <utility>
+
+#include "base/format.hpp"
+#include "kernels/cpu/multi_tensor.hpp"
+
+namespace concord::dp {
+namespace {
+
+constexpr double kBytesPerMb = 1024.0 * 1024.0;  // as torch DDP's bucket_cap_mb
+
+const char* compression_name(Compression c) {
+  switch (c) {
+    case Compression::kNone: return "none";
+    case Compression::kBFloat16: return "bf16";
+    case Compression::kFloat16: return "fp16";
+  }
+  return "unknown";
+}
+
+void check_options(const GradSyncOptions& o) {
+  for (auto [name, mb] : {std::pair{"bucket_cap_mb", o.bucket_cap_mb},
+                          std::pair{"first_bucket_mb", o.first_bucket_mb}})
+    if (!std::isfinite(mb) || !(mb > 0))
+      invalid_argument("GradientSynchronizer: ", name, " must be finite and > 0, got ", mb);
+  if (o.op != ReduceOp::kMean && o.op != ReduceOp::kSum)
+    invalid_argument("GradientSynchronizer: op must be mean or sum, got ", reduce_op_name(o.op));
+  if (o.compress != Compression::kNone && o.compress != Compression::kBFloat16 &&
+      o.compress != Compression::kFloat16)
+    invalid_argument("GradientSynchronizer: unknown compression ", static_cast<int>(o.compress));
+}
+
+void check_grad(std::size_t index, const TensorView& g, const GradSyncOptions& o) {
+  if (g.device.kind != DeviceKind::kCPU)
+    fail(StatusCode::kUnavailable, "GradientSynchronizer: gradient ", index, " is on ",
+         device_kind_name(g.device.kind), ":", g.device.id,
+         "; CUDA gradients need the CUDA executors, which this build does not include");
+  if (o.compress != Compression::kNone && g.dtype != DType::kFloat32)
+    invalid_argument("GradientSynchronizer: compression '", compression_name(o.compress),
+                     "' applies to float32 gradients, but gradient ", index, " is ",
+                     dtype_name(g.dtype), "; use compression 'none'");
+  // Floating means travel as sums of pre-scaled values, other dtypes as the
+  // op itself (an integer mean truncates, as NCCL's avg).
+  check_reduce_op(dtype_is_floating(g.dtype) ? ReduceOp::kSum : o.op, g.dtype);
+}
+
+// ready_order must hold every index once; empty means reverse index order.
+std::vector<std::size_t> fill_order(std::vector<std::size_t> order, std::size_t n) {
+  if (order.empty()) {
+    order.resize(n);
+    std::iota(order.rbegin(), order.rend(), std::size_t{0});
+    return order;
+  }
+  if (order.size() != n)
+    invalid_argument("GradientSynchronizer: ready_order has ", order.size(), " entries for ", n,
+                     " gradients; it must be a permutation of 0..", n - 1);
+  std::vector<bool> seen(n, false);
+  for (std::size_t i : order) {
+    if (i >= n)
+      invalid_argument("GradientSynchronizer: ready_order holds ", i, ", outside [0, ", n, ")");
+    if (seen[i]) invalid_argument("GradientSynchronizer: ready_order holds ", i, " twice");
+    seen[i] = true;
+  }
+  return order;
+}
+
+DType wire_dtype(DType grad, Compression c) {
+  switch (c) {
+    case Compression::kBFloat16: return DType::kBFloat16;
+    case Compression::kFloat16: return DType::kFloat16;
+    case Compression::kNone: break;
+  }
+  return grad;
+}
+
+// FNV-1a over the plan: equal on two ranks exactly when their buckets agree.
+struct Fingerprint {
+  std::uint64_t hash = 14695981039346656037ull;
+  void add(std::uint64_t value) {
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (value >> (8 * byte)) & 0xFFu;
+      hash *= 1099511628211ull;
+    }
+  }
+};
+
+// Walks the gradients in ready order with one open bucket per (dtype,
+// device), as DDP does. A bucket closes once it reaches its capacity
+// (first_cap for the first bucket of a dtype, later_cap after), counted in
+// gradient bytes; a gradient that would overflow a non-empty bucket starts
+// the next one, so only a gradient larger than the cap makes a bucket larger
+// than the cap. Returns the buckets' members ordered by the ready position
+// of their last gradient: the order in which they fill, and start.
+std::vector<std::vector<std::size_t>> group_into_buckets(const std::vector<TensorView>& grads,
+                                                         const std::vector<std::size_t>& order,
+                                                         std::size_t first_cap,
+                                                         std::size_t later_cap) {
+  struct Open {
+    DType dtype;
+    Device device;
+    std::vector<std::size_t> members;
+    std::size_t bytes = 0;
+    std::size_t closed = 0;  // buckets of this dtype and device closed so far
+  };
+  std::vector<std::size_t> position(order.size());
+  for (std::size_t pos = 0; pos < order.size(); ++pos) position[order[pos]] = pos;
+  std::vector<std::pair<std::size_t, std::vector<std::size_t>>> closed;  // (last position, members)
+  auto close = [&](Open& o) {
+    closed.emplace_back(position[o.members.back()], std::move(o.members));
+    o.members.clear();
+    o.bytes = 0;
+    ++o.closed;
+  };
+
+  std::vector<Open> open;
+  for (std::size_t index : order) {
+    const TensorView& g = grads[index];
+    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) {
+      return o.dtype == g.dtype && o.device == g.device;
+    });
+    if (it == open.end()) it = open.insert(open.end(), Open{g.dtype, g.device, {}});
+    auto cap = [&] { return it->closed == 0 ? first_cap : later_cap; };
+    if (it->bytes != 0 && it->bytes + g.nbytes() > cap()) close(*it);
+    it->members.push_back(index);
+    it->bytes += g.nbytes();
+    if (it->bytes >= cap()) close(*it);
+  }
+  for (Open& o : open)
+    if (!o.members.empty()) close(o);
+
+  std::sort(closed.begin(), closed.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<std::size_t>> groups;
+  for (auto& c : closed) groups.push_back(std::move(c.second));
+  return groups;
+}
+
+std::string index_list(const std::vector<std::size_t>& indices) {
+  constexpr std::size_t kShown = 16;
+  std::ostringstream out;
+  for (std::size_t k = 0; k < std::min(indices.size(), kShown); ++k)
+    out << (k ? ", " : "") << indices[k];
+  if (indices.size() > kShown) out << ", ... (" << indices.size() << " in all)";
+  return out.str();
+}
+
+}  // namespace
+
+GradientSynchronizer::GradientSynchronizer(Communicator& comm, std::vector<TensorView> grads,
+                                           std::vector<std::size_t> ready_order,
+                                           GradSyncOptions options)
+    : comm_(comm), options_(options) {
+  check_options(options_);
+  for (std::size_t i = 0; i < grads.size(); ++i) check_grad(i, grads[i], options_);
+  slots_.resize(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) slots_[i].like = grads[i];
+  const auto first_cap = static_cast<std::size_t>(options_.first_bucket_mb * kBytesPerMb);
+  const auto later_cap = static_cast<std::size_t>(options_.bucket_cap_mb * kBytesPerMb);
+  lay_out(group_into_buckets(grads, fill_order(std::move(ready_order), grads.size()), first_cap,
+                             later_cap));
+  check_plan_agrees();
+  for (Bucket& b : buckets_)
+    b.buffer = std::make_unique_for_overwrite<unsigned char[]>(b.numel * dtype_size(b.wire));
+  marked_.resize(slots_.size());
+  start_step();
+}
+
+GradientSynchronizer::~GradientSynchronizer() {
+  for (Bucket& b : buckets_) settle(b);
+}
+
+void GradientSynchronizer::lay_out(const std::vector<std::vector<std::size_t>>& groups) {
+  const bool mean = options_.op == ReduceOp::kMean;
+  for (const auto& members : groups) {
+    Bucket& b = buckets_.emplace_back();
+    const TensorView& first = slots_[members.front()].like;
+    const bool floating = dtype_is_floating(first.dtype);
+    b.wire = wire_dtype(first.dtype, options_.compress);
+    b.device = first.device;
+    b.op = floating ? ReduceOp::kSum : options_.op;
+    b.pack_scale = floating && mean ? 1.0 / comm_.size() : 1.0;
+    b.members = members;
+    for (std::size_t index : members) {
+      slots_[index].bucket = buckets_.size() - 1;
+      slots_[index].offset = b.numel;
+      b.numel += static_cast<std::size_t>(slots_[index].like.numel);
+    }
+  }
+}
+
+// Ranks that planned different buckets would all-reduce buffers of
+// different sizes against each other; one small all_gather at construction
+// turns that into an error here.
+void GradientSynchronizer::check_plan_agrees() {
+  Fingerprint fp;
+  fp.add(slots_.size());
+  fp.add(static_cast<std::uint64_t>(options_.op));
+  for (const Bucket& b : buckets_) {
+    fp.add(static_cast<std::uint64_t>(b.wire));
+    fp.add(b.members.size());
+    for (std::size_t index : b.members) {
+      fp.add(index);
+      fp.add(static_cast<std::uint64_t>(slots_[index].like.dtype));
+      fp.add(static_cast<std::uint64_t>(slots_[index].like.numel));
+    }
+  }
+  const int world = comm_.size();
+  std::int64_t mine[2] = {static_cast<std::int64_t>(slots_.size()),
+                          static_cast<std::int64_t>(fp.hash)};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world));
+  comm_.all_gather(TensorView{mine, 2, DType::kInt64, Device{}},
+                   TensorView{all.data(), 2 * world, DType::kInt64, Device{}}, false);
+  std::vector<std::size_t> disagreeing;
+  for (int q = 1; q < world; ++q)
+    if (all[2 * q] != all[0] || all[2 * q + 1] != all[1]) disagreeing.push_back(q);
+  if (!disagreeing.empty())
+    fail(StatusCode::kMismatch, "GradientSynchronizer: ranks ", index_list(disagreeing),
+         " planned different gradient buckets than rank 0 (rank 0 has ", all[0],
+         " gradients; rank ", disagreeing.front(), " has ", all[2 * disagreeing.front()],
+         "); every rank must pass gradients of the same dtypes and sizes, the same ready "
+         "order and the same options");
+}
+
+std::size_t GradientSynchronizer::bucket_of(std::size_t index) const {
+  check_index("bucket_of", index);
+  return slots_[index].bucket;
+}
+
+std::span<const std::size_t> GradientSynchronizer::bucket_members(std::size_t bucket) const {
+  if (bucket >= buckets_.size())
+    invalid_argument("GradientSynchronizer: bucket ", bucket, " is outside [0, ", buckets_.size(),
+                     ")");
+  return buckets_[bucket].members;
+}
+
+bool GradientSynchronizer::bucket_done(std::size_t bucket) const {
+  bucket_members(bucket);  // range check
+  return bucket < next_launch_ && buckets_[bucket].work->done();
+}
+
+void GradientSynchronizer::check_index(const char* op, std::size_t index) const {
+  if (index >= slots_.size())
+    invalid_argument("GradientSynchronizer::", op, ": gradient index ", index,
+                     " is outside [0, ", slots_.size(), ")");
+}
+
+void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad) {
+  check_index("mark_ready", index);
+  if (is_marked_[index])
+    invalid_argument("GradientSynchronizer::mark_ready: gradient ", index,
+                     " was already marked ready in this step; call wait() before marking it "
+                     "again");
+  const Slot& slot = slots_[index];
+  const TensorView& like = slot.like;
+  if (grad.dtype != like.dtype || grad.numel != like.numel || !(grad.device == like.device))
+    invalid_argument("GradientSynchronizer::mark_ready: gradient ", index, " is ",
+                     dtype_name(grad.dtype), " with ", grad.numel, " elements on ",
+                     device_kind_name(grad.device.kind), " but was planned as ",
+                     dtype_name(like.dtype), " with ", like.numel, " elements on ",
+                     device_kind_name(like.device.kind));
+  Bucket& bucket = buckets_[slot.bucket];
+  settle(bucket);
+  cpu::pack({&grad, 1}, bucket.buffer.get() + slot.offset * dtype_size(bucket.wire), bucket.wire,
+            bucket.pack_scale);
+  marked_[index] = grad;
+  is_marked_[index] = true;
+  --bucket.unmarked;
+  launch_full_buckets();
+}
+
+// Buckets start strictly in bucket order, even when a later one fills
+// first: collectives on a communicator pair up by issue order, so every
+// rank must issue the same buckets in the same order.
+void GradientSynchronizer::launch_full_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].unmarked == 0) {
+    Bucket& b = buckets_[next_launch_];
+    const TensorView view = wire_view(b);
+    b.work = comm_.all_reduce(view, view, b.op, /*async=*/true);
+    ++next_launch_;
+  }
+}
+
+void GradientSynchronizer::wait() {
+  std::vector<std::size_t> missing;
+  for (std::size_t i = 0; i < slots_.size(); ++i)
+    if (!is_marked_[i]) missing.push_back(i);
+  if (!missing.empty())
+    invalid_argument("GradientSynchronizer::wait: ",
+                     missing.size() == 1 ? "gradient " : "gradients ", index_list(missing),
+                     missing.size() == 1 ? " was" : " were",
+                     " not marked ready in this step; mark every gradient before wait()");
+  try {
+    launch_full_buckets();  // normally done by mark_ready; again after a failed launch
+    for (std::size_t b = 0; b < buckets_.size(); ++b) finish(b);
+  } catch (...) {
+    start_step();
+    throw;
+  }
+  for (const Bucket& b : buckets_) cpu::unpack(b.buffer.get(), b.wire, marked_members(b), 1.0);
+  start_step();
+}
+
+void GradientSynchronizer::finish(std::size_t bucket) {
+  Work& work = *buckets_[bucket].work;
+  const double timeout_s = comm_.timeout_s();
+  if (!work.wait_for(std::chrono::duration<double>(timeout_s)))
+    fail(StatusCode::kTimeout, "GradientSynchronizer::wait: the all_reduce of bucket ", bucket,
+         " did not finish within ", timeout_s, " s");
+  if (const Status status = work.status(); !status.ok())
+    fail(status.code, "GradientSynchronizer::wait: bucket ", bucket, ": ", status.message);
+}
+
+// A bucket's buffer may still be in use by an all-reduce of a step whose
+// wait() failed. Every collective ends within its own timeout, so this wait
+// is bounded too.
+void GradientSynchronizer::settle(Bucket& bucket) {
+  if (bucket.work && !bucket.work->done()) bucket.work->wait_for(std::chrono::hours(24 * 365));
+}
+
+void GradientSynchronizer::start_step() {
+  std::fill(marked_.begin(), marked_.end(), TensorView{});
+  is_marked_.assign(slots_.size(), false);
+  for (Bucket& b : buckets_) b.unmarked = b.members.size();
+  next_launch_ = 0;
+}
+
+TensorView GradientSynchronizer::wire_view(Bucket& bucket) {
+  return TensorView{bucket.buffer.get(), static_cast<std::int64_t>(bucket.numel), bucket.wire,
+                    bucket.device};
+}
+
+std::vector<TensorView> GradientSynchronizer::marked_members(const Bucket& bucket) const {
+  std::vector<TensorView> views;
+  views.reserve(bucket.members.size());
+  for (std::size_t index : bucket.members) views.push_back(marked_[index]);
+  return views;
+}
+
+}  // namespace concord::dp

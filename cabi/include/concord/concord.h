@@ -187,8 +187,9 @@ CONCORD_API concord_status concord_work_destroy(concord_work_t work);
 
 /* ---- multi-tensor collectives ------------------------------------------ */
 
-/* All-reduces every tensor in place as one fused collective per dtype: the
- * tensors are packed into one buffer, reduced, and unpacked. */
+/* All-reduces every tensor in place as one operation: tensors under 256 KiB
+ * are packed into one buffer per dtype and reduced together; larger ones
+ * are reduced where they are. Every rank passes the same shapes and dtypes. */
 CONCORD_API concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
                                                     size_t num_tensors, concord_reduce_op op,
                                                     void* stream, concord_work_t* work);
@@ -205,8 +206,8 @@ typedef enum concord_compress {
 
 typedef struct concord_grad_sync_options {
   size_t struct_size;      /* sizeof(concord_grad_sync_options) */
-  double bucket_cap_mb;    /* capacity of every bucket after the first */
-  double first_bucket_mb;  /* capacity of the first bucket */
+  double bucket_cap_mb;    /* capacity of every bucket after the first (MiB) */
+  double first_bucket_mb;  /* capacity of the first bucket (MiB) */
   concord_reduce_op op;    /* CONCORD_MEAN or CONCORD_SUM */
   concord_compress compress;
 } concord_grad_sync_options;
@@ -217,24 +218,41 @@ typedef struct concord_grad_sync_options {
 /* Plans buckets for gradients shaped like `grads` (dtype, shape, device;
  * data is not read). Buckets are filled in `ready_order` (a permutation of
  * 0..num_grads-1; NULL = reverse parameter order, as backward produces
- * them): the first holds up to first_bucket_mb, later ones bucket_cap_mb; a
- * bucket holds one dtype. Collective: every rank must plan the same. */
+ * them): the first holds up to first_bucket_mb, later ones bucket_cap_mb,
+ * counted in gradient bytes; a gradient is never split, so only a gradient
+ * larger than the cap makes a bucket larger than it. A bucket holds one
+ * dtype and one device. options NULL: CONCORD_GRAD_SYNC_OPTIONS_INIT.
+ * A mean is applied while packing (each rank adds grad / size), so the wire
+ * carries a sum. Compression applies to float32 gradients only: each
+ * rank's value is rounded once, summed in float32 and the sum rounded once,
+ * so a result differs from the exact one by at most 2^-7 (bf16) or 2^-10
+ * (fp16, plus 2^-24 absolute) times the same reduction of |grad| over the
+ * ranks; fp16 overflows beyond 65504 (after the mean's scaling).
+ * Collective: every rank must plan the same, which is checked
+ * (CONCORD_ERR_MISMATCH otherwise). `comm` is borrowed: destroy the
+ * synchronizer before its communicator. */
 CONCORD_API concord_status concord_grad_sync_create(concord_comm_t comm, const DLTensor* const* grads,
                                                     size_t num_grads, const int64_t* ready_order,
                                                     const concord_grad_sync_options* options,
                                                     concord_grad_sync_t* out);
 CONCORD_API concord_status concord_grad_sync_num_buckets(concord_grad_sync_t sync, size_t* num_buckets);
+/* Buckets are numbered in the order they fill and start. */
 CONCORD_API concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t index,
                                                        size_t* bucket);
 /* Packs gradient `index` into its bucket (scaling and compressing on the
  * way); once every gradient of the bucket is marked, the bucket's
- * all-reduce starts asynchronously. `grad` must stay valid until wait. */
+ * all-reduce starts asynchronously (buckets start in bucket order, so a
+ * full bucket waits for the ones before it). Marking an index twice in one
+ * step is an error. `grad` must stay valid until wait. */
 CONCORD_API concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
                                                         DLTensor* grad);
-/* Waits for every bucket and unpacks the results into the gradients given
- * to mark_ready; every gradient must have been marked. Ready for the next
- * step afterwards. */
+/* Waits for every bucket (each within the communicator's timeout), then
+ * unpacks the results into the gradients given to mark_ready; a failed
+ * collective leaves every gradient untouched. Ready for the next step
+ * afterwards. Gradients not yet marked: CONCORD_ERR_INVALID_ARGUMENT naming
+ * them, and the step stays open. */
 CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync);
+/* Waits for bucket all-reduces still in flight first: they use its buffers. */
 CONCORD_API concord_status concord_grad_sync_destroy(concord_grad_sync_t sync);
 
 /* ---- data parallel: fused optimizers ------------------------------------ */
@@ -250,9 +268,13 @@ typedef struct concord_sgd_options {
 
 #define CONCORD_SGD_OPTIONS_INIT { sizeof(concord_sgd_options), 0.01, 0.0, 0.0, 0, 1 }
 
-/* One SGD step over all tensors in one call (torch.optim.SGD semantics).
- * momentum_buffers may be NULL when momentum == 0. params, grads and
- * buffers share dtype (float32 or float64) and shapes pairwise. */
+/* One SGD step over all tensors in one call (torch.optim.SGD semantics,
+ * dampening 0; nesterov needs momentum > 0). momentum_buffers may be NULL
+ * when momentum == 0 (and are ignored then). params[i], grads[i] and
+ * buffers[i] share a dtype (float32 or float64; it may differ between i)
+ * and a shape, and no two share memory. Options (non-NULL, lr, momentum,
+ * weight_decay >= 0, step >= 1) and every tensor are checked before any is
+ * written. CPU tensors for now; CUDA tensors give CONCORD_ERR_UNAVAILABLE. */
 CONCORD_API concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
                                             DLTensor* const* params, const DLTensor* const* grads,
                                             DLTensor* const* momentum_buffers);
@@ -271,26 +293,32 @@ typedef struct concord_adamw_options {
   { sizeof(concord_adamw_options), 0.001, 0.9, 0.999, 1e-8, 0.01, 1 }
 
 /* One AdamW step over all tensors in one call (torch.optim.AdamW semantics,
- * decoupled weight decay). */
+ * decoupled weight decay, no amsgrad). Tensors as for concord_sgd_step;
+ * options need lr, eps, weight_decay >= 0, betas in [0, 1), step >= 1. */
 CONCORD_API concord_status concord_adamw_step(const concord_adamw_options* options,
                                               size_t num_tensors, DLTensor* const* params,
                                               const DLTensor* const* grads, DLTensor* const* exp_avg,
                                               DLTensor* const* exp_avg_sq);
 
-/* Sum of squares of every element of every tensor, in one pass (float64
- * accumulation); the L2 norm is its square root. */
+/* Sum of squares of every element of every tensor (any floating dtypes),
+ * in one pass with float64 accumulation; the L2 norm is its square root. */
 CONCORD_API concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
                                                   double* result);
-/* tensors[i] *= scale for every tensor, in one call. */
+/* tensors[i] *= scale for every tensor (any floating dtypes), in one call. */
 CONCORD_API concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale);
 
 /* ---- metrics: update kernels --------------------------------------------
  * States are tensors the caller owns (CPU now, CUDA with the nccl plugin);
  * updates accumulate into them with no communication. Shapes and ranges of
- * the inputs are checked and reported as CONCORD_ERR_INVALID_ARGUMENT. */
+ * the inputs are checked and reported as CONCORD_ERR_INVALID_ARGUMENT, and a
+ * failed update leaves the state unchanged. Labels are int8, int32, int64,
+ * uint8 or bool; scores and probabilities float16, bfloat16, float32 or
+ * float64. CUDA tensors give CONCORD_ERR_UNAVAILABLE in a build without the
+ * CUDA kernels. */
 
 /* state (float64, shape [2]) += [sum(values * weights), sum(weights)];
- * weights NULL means 1 per value (state[1] then counts values). */
+ * weights NULL means 1 per value (state[1] then counts values). Any dtype;
+ * NaN propagates. */
 CONCORD_API concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,
                                                        const DLTensor* weights);
 /* state (float64, shape [1]) = max(state, max(values)); NaN values are skipped. */
@@ -298,25 +326,28 @@ CONCORD_API concord_status concord_metric_max(DLTensor* state, const DLTensor* v
 CONCORD_API concord_status concord_metric_min(DLTensor* state, const DLTensor* values);
 /* confusion (int64, [C, C], row = target, column = prediction) += counts.
  * preds: labels (N,) of an integer dtype, or scores (N, C) whose argmax is
- * the prediction; target: labels (N,) in [0, C). */
+ * the prediction (the first of tied scores; NaN ranks highest, as in
+ * torch.argmax); target: labels (N,) in [0, C). */
 CONCORD_API concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTensor* preds,
                                                            const DLTensor* target);
-/* Binary: preds (N,) probabilities thresholded at `threshold` (or 0/1
- * labels), target (N,) 0/1; confusion is int64 [2, 2]. */
+/* Binary: preds (N,) probabilities, positive when >= threshold (NaN is
+ * negative), or 0/1 labels; target (N,) 0/1; confusion is int64 [2, 2]. */
 CONCORD_API concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
                                                            const DLTensor* target, double threshold);
-/* Multilabel: preds (N, L) probabilities, target (N, L) 0/1; counts (int64,
- * [L, 4]) += per label [tp, fp, fn, tn]. */
+/* Multilabel: preds (N, L) probabilities (thresholded as in binary) or 0/1
+ * labels, target (N, L) 0/1; counts (int64, [L, 4]) += per label
+ * [tp, fp, fn, tn]. */
 CONCORD_API concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
                                                             const DLTensor* target, double threshold);
 /* counts (int64, [2]) += [samples whose target is among the top k scores, N];
  * preds (N, C) scores, target (N,) labels. Ties count as in torchmetrics
- * (the target's score is strictly exceeded by fewer than k others). */
+ * (the target's score is strictly exceeded by fewer than k others; NaN
+ * ranks highest). */
 CONCORD_API concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
                                                        const DLTensor* target, int64_t k);
 /* histogram (int64, [2, num_bins]): row 0 counts negatives, row 1
  * positives, by bin min(floor(score * num_bins), num_bins - 1) of scores in
- * [0, 1]; target (N,) 0/1. */
+ * [0, 1] (a score outside, NaN included, is an error); target (N,) 0/1. */
 CONCORD_API concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
                                                            const DLTensor* target);
 

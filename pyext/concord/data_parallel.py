@@ -1,0 +1,675 @@
+"""Data-parallel and sharded training on pytrees of arrays.
+
+The names follow the JAX libraries they replace (datarax, xlstm-jax,
+artifex): placing batches and model state on a mesh's ranks, ZeRO/FSDP-style
+parameter sharding (shard_params, gather_params,
+gather_array_with_mean_grads), and gradient reductions (sync_gradients,
+reduce_gradients_across_devices). Gradient buckets (GradientSynchronizer)
+and train_step live in concord.training.
+
+Every rank runs the same program on its own copy of the data (SPMD), so
+"placing" means each rank keeps its own block. pytrees are walked with
+optree; leaves are NumPy arrays or any DLPack array, and results come back
+in the leaves' own array types. Axis names resolve as in concord.mesh.axis_comm.
+
+Reductions and gathers are fused: one collective per array kind (type,
+dtype, device) on a packed buffer, not one per leaf. Before one, the ranks
+compare a fingerprint of the pytree (structure, leaf shapes and dtypes), so
+ranks passing different pytrees get MismatchError instead of a hang.
+"""
+
+import hashlib
+import math
+import operator
+import warnings
+
+import numpy as np
+import optree
+from array_api_compat import device as array_device
+
+from . import collectives, world
+from .arrays import as_array, empty, front_to_axis, namespace
+from .errors import InvalidArgumentError, MismatchError
+from .mesh import (
+    DeviceMeshManager,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+    _axis_names_tuple,
+    axis_comm,
+    current_mesh,
+)
+
+__all__ = [
+    "DataParallel",
+    "ShardedArray",
+    "all_reduce_gradients",
+    "create_data_parallel_sharding",
+    "gather_array_with_mean_grads",
+    "gather_params",
+    "place_batch_on_shards",
+    "place_model_state_on_shards",
+    "reduce_gradients_across_devices",
+    "replicate_params",
+    "shard_batch",
+    "shard_model_state",
+    "shard_params",
+    "sync_gradients",
+]
+
+SHARDED_ARRAY_NAMESPACE = "concord"
+
+
+class ShardedArray:
+    """This rank's block `local` of an array of `global_shape` split evenly
+    along dimension `dim` over the ranks of mesh axis (or axes) `axis_name`.
+
+    In optree's default registry a ShardedArray is a leaf, so concord's
+    functions see each sharded parameter whole. In the "concord" namespace
+    it is a node whose one child is `local`:
+    ``optree.tree_map(f, tree, namespace="concord")`` maps f over the local
+    blocks and keeps the sharding (an optimizer step on shards, say).
+    """
+
+    __slots__ = ("local", "global_shape", "dim", "axis_name")
+
+    def __init__(self, local, global_shape, dim, axis_name):
+        self.local = local
+        self.global_shape = tuple(operator.index(size) for size in global_shape)
+        self.dim = operator.index(dim)
+        if not 0 <= self.dim < len(self.global_shape):
+            raise InvalidArgumentError(
+                f"ShardedArray: dim {dim} is out of range for shape {self.global_shape}")
+        self.axis_name = axis_name
+
+    @property
+    def dtype(self):
+        """The local block's dtype."""
+        return self.local.dtype
+
+    def replace(self, local):
+        """The same sharding with another local block."""
+        return ShardedArray(local, self.global_shape, self.dim, self.axis_name)
+
+    def __repr__(self):
+        return (f"ShardedArray(local shape {tuple(self.local.shape)}, global_shape="
+                f"{self.global_shape}, dim={self.dim}, axis_name={self.axis_name!r})")
+
+
+optree.register_pytree_node(
+    ShardedArray,
+    lambda array: ((array.local,), (array.global_shape, array.dim, array.axis_name)),
+    lambda metadata, children: ShardedArray(children[0], *metadata),
+    namespace=SHARDED_ARRAY_NAMESPACE,
+)
+
+
+# ---- pytree and array plumbing ----------------------------------------------
+
+def _value(leaf):
+    """The array a leaf holds: a ShardedArray's local block, else the leaf."""
+    return as_array(leaf.local if isinstance(leaf, ShardedArray) else leaf)
+
+
+def _rewrap(leaf, value):
+    return leaf.replace(value) if isinstance(leaf, ShardedArray) else value
+
+
+def _cast(x, dtype):
+    if dtype is None:
+        return x
+    if isinstance(x, np.ndarray):
+        return x.astype(dtype, copy=False)
+    return namespace(x).astype(x, dtype)
+
+
+def _path_text(path):
+    return "/".join(map(str, path))
+
+
+def _leaf_signature(leaf):
+    if isinstance(leaf, ShardedArray):
+        return ("sharded", _leaf_signature(leaf.local), leaf.global_shape, leaf.dim,
+                leaf.axis_name)
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return tuple(leaf.shape), str(leaf.dtype)
+    return type(leaf).__qualname__
+
+
+def _check_same_tree(what, treespec, leaves, comm):
+    """Raises MismatchError on every rank of `comm` unless all passed the
+    same pytree structure with the same leaf shapes and dtypes."""
+    if comm.size == 1:
+        return
+    text = repr((str(treespec), [_leaf_signature(leaf) for leaf in leaves]))
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    mine = np.frombuffer(digest, np.int64)
+    digests = collectives.all_gather(mine, comm=comm).tolist()
+    if len(set(digests)) == 1:
+        return
+    groups = {}
+    for rank, value in enumerate(digests):
+        groups.setdefault(value, []).append(rank)
+    parts = "; ".join(f"ranks {ranks}" for ranks in groups.values())
+    raise MismatchError(
+        f"{what}: ranks passed different pytrees (structure, leaf shapes or dtypes); "
+        f"each group agrees within itself: {parts}. This rank ({comm.rank}) passed {treespec}")
+
+
+def _kind_groups(values):
+    """Indices of `values` grouped by array type, dtype and device, in
+    first-seen order (the same order on every rank that agrees on the tree)."""
+    groups = {}
+    for index, value in enumerate(values):
+        key = (type(value), value.dtype, str(array_device(value)))
+        groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
+def _pack(values):
+    xp = namespace(values[0])
+    return xp.concat([xp.reshape(value, (-1,)) for value in values])
+
+
+def _unpack(buffer, values):
+    """Views of `buffer` shaped as `values`, in order."""
+    xp = namespace(buffer)
+    parts, offset = [], 0
+    for value in values:
+        count = math.prod(value.shape)
+        parts.append(xp.reshape(buffer[offset:offset + count], tuple(value.shape)))
+        offset += count
+    return parts
+
+
+def _fused(values, launch):
+    """Runs launch(group values) -> (buffer, Work) per array kind, all in
+    flight together, and returns the values unpacked from the buffers."""
+    results = list(values)
+    pending = []
+    for group in _kind_groups(values):
+        members = [values[i] for i in group]
+        pending.append((group, members, *launch(members)))
+    for group, members, buffer, work in pending:
+        work.wait()
+        for index, part in zip(group, _unpack(buffer, members)):
+            results[index] = part
+    return results
+
+
+def _fused_all_reduce(values, op, comm):
+    def launch(members):
+        buffer = _pack(members)
+        return buffer, collectives.all_reduce(buffer, op, comm=comm, out=buffer, async_op=True)
+    return _fused(values, launch)
+
+
+def _fused_broadcast(values, root, comm):
+    def launch(members):
+        # Only the root's data travels; the others just need the room.
+        if comm.rank == root:
+            buffer = _pack(members)
+        else:
+            buffer = empty(members[0], (sum(math.prod(m.shape) for m in members),))
+        return buffer, collectives.broadcast(buffer, root, comm=comm, out=buffer, async_op=True)
+    return _fused(values, launch)
+
+
+def _fused_all_gather(values, dims, comm):
+    """Each value gathered over `comm` and concatenated along its dim."""
+    results = [None] * len(values)
+    pending = []
+    for group in _kind_groups(values):
+        members = [values[i] for i in group]
+        work = collectives.all_gather(_pack(members), tiled=False, comm=comm, async_op=True)
+        pending.append((group, members, work))
+    for group, members, work in pending:
+        gathered = work.wait()  # (ranks, packed size)
+        xp = namespace(gathered)
+        offset = 0
+        for index, member in zip(group, members):
+            count = math.prod(member.shape)
+            blocks = xp.reshape(gathered[:, offset:offset + count],
+                                (comm.size, *member.shape))
+            results[index] = front_to_axis(blocks, dims[index], tiled=True)
+            offset += count
+    return results
+
+
+# ---- batches and model state ------------------------------------------------
+
+def create_data_parallel_sharding(mesh, data_axis="data"):
+    """A NamedSharding splitting the leading (batch) dimension over `data_axis`."""
+    return NamedSharding(mesh, PartitionSpec(data_axis))
+
+
+_UNEVEN_MODES = ("error", "drop", "pad")
+
+
+def _batch_rows(batch_size, count, index, uneven, axis, path):
+    """This rank's rows of a batch: a slice, or a list of indices when
+    padding wraps around to the batch's first examples."""
+    if batch_size % count == 0 or uneven == "drop":
+        per_rank = batch_size // count
+        return slice(index * per_rank, (index + 1) * per_rank)
+    if uneven == "error":
+        raise InvalidArgumentError(
+            f"place_batch_on_shards: batch size {batch_size} (leaf {path or '<root>'}) is not "
+            f"divisible by {count}, the size of mesh axis {axis!r}; pass uneven='drop' or "
+            "uneven='pad'")
+    per_rank = -(-batch_size // count)
+    start = index * per_rank
+    if start + per_rank <= batch_size:
+        return slice(start, start + per_rank)
+    return [(start + k) % batch_size for k in range(per_rank)]
+
+
+def _take_rows(x, rows):
+    if isinstance(rows, slice):
+        return x[rows]
+    if isinstance(x, np.ndarray):
+        return np.take(x, rows, axis=0)
+    xp = namespace(x)
+    return xp.take(x, xp.asarray(rows, device=array_device(x)), axis=0)
+
+
+def place_batch_on_shards(batch, sharding, *, uneven="error"):
+    """This rank's shard of every leaf of `batch`, split along the leading
+    (batch) dimension as `sharding` says (further spec entries split further
+    dimensions evenly).
+
+    Every rank passes the global batch. When the batch size is not
+    divisible by the number of shards: "error" raises ValueError naming both,
+    "drop" drops the last examples, "pad" wraps around to the first
+    examples (as torch's DistributedSampler does) so every shard has
+    ceil(batch / shards) rows. Slices are views where the array type has
+    them.
+    """
+    if uneven not in _UNEVEN_MODES:
+        raise InvalidArgumentError(f"uneven must be one of {_UNEVEN_MODES}, got {uneven!r}")
+    count, index = sharding.dim_shards(0)
+    axis = sharding.spec[0] if sharding.spec else None
+
+    def shard(path, leaf):
+        x = as_array(leaf)
+        if not len(x.shape):
+            raise InvalidArgumentError(
+                f"place_batch_on_shards: leaf {_path_text(path)} is 0-d; every leaf needs a "
+                "leading batch dimension")
+        rows = _batch_rows(x.shape[0], count, index, uneven, axis, _path_text(path))
+        local = _take_rows(x, rows)
+        global_shape = (local.shape[0] * count, *x.shape[1:])
+        return local[(slice(None), *sharding.local_slices(global_shape)[1:])]
+
+    return optree.tree_map_with_path(shard, batch)
+
+
+shard_batch = place_batch_on_shards
+
+
+def _specs_by_path(leaf_paths, specs):
+    """PartitionSpec per leaf path from a {path: spec} dict whose keys are
+    paths ("a/b/0" or a tuple) or prefixes of paths (the longest wins)."""
+    keys = {_path_text(key) if isinstance(key, tuple) else str(key): key for key in specs}
+    used, result = set(), []
+    for path in leaf_paths:
+        spec = None
+        for end in range(len(path), -1, -1):
+            text = _path_text(path[:end])
+            if text in keys:
+                used.add(text)
+                spec = specs[keys[text]]
+                break
+        result.append(spec)
+    unused = sorted(set(keys) - used)
+    if unused:
+        raise InvalidArgumentError(
+            f"place_model_state_on_shards: no leaf has the path {unused[0]!r}; leaf paths are "
+            f"{[_path_text(path) for path in leaf_paths][:20]}")
+    return result
+
+
+def _spec_or_none(spec):
+    if spec is None or isinstance(spec, PartitionSpec):
+        return spec
+    return PartitionSpec(*spec)
+
+
+def place_model_state_on_shards(state, mesh, param_sharding="replicate"):
+    """Places model state (parameters, optimizer state) on the mesh.
+
+    "replicate": every rank gets rank 0's state (a broadcast over the mesh;
+    collective). None: the state as it is. "shard": every leaf with at
+    least one dimension keeps its block of the leading dimension split over
+    the mesh's first axis; 0-d leaves stay whole. {path: PartitionSpec}:
+    leaves at those paths (or under those prefixes; "a/b/0" or a tuple)
+    keep their block as the spec says, the others stay whole. Blocks are
+    plain local arrays; ValueError when a split dimension is not divisible.
+    """
+    if param_sharding is None:
+        return state
+    if isinstance(param_sharding, str):
+        if param_sharding == "replicate":
+            return replicate_params(state, mesh)
+        if param_sharding != "shard":
+            raise InvalidArgumentError(
+                "param_sharding must be 'replicate', 'shard', a {path: PartitionSpec} dict "
+                f"or None, got {param_sharding!r}")
+    elif not isinstance(param_sharding, dict):
+        raise InvalidArgumentError(
+            f"param_sharding must be 'replicate', 'shard', a dict or None, got "
+            f"{type(param_sharding).__name__}")
+    paths, leaves, treespec = optree.tree_flatten_with_path(state)
+    if param_sharding == "shard":
+        first = PartitionSpec(mesh.axis_names[0])
+        specs = [first if len(as_array(leaf).shape) else None for leaf in leaves]
+    else:
+        specs = [_spec_or_none(spec) for spec in _specs_by_path(paths, param_sharding)]
+    placed = []
+    for leaf, spec in zip(leaves, specs):
+        if spec is None:
+            placed.append(leaf)
+        else:
+            x = as_array(leaf)
+            placed.append(x[NamedSharding(mesh, spec).local_slices(tuple(x.shape))])
+    return optree.tree_unflatten(treespec, placed)
+
+
+shard_model_state = place_model_state_on_shards
+
+
+def _comm_of(mesh_or_comm):
+    if mesh_or_comm is None:
+        return axis_comm(None)
+    if isinstance(mesh_or_comm, Mesh):
+        return mesh_or_comm.comm()
+    return mesh_or_comm
+
+
+def replicate_params(params, mesh_or_comm=None, root=0):
+    """Every rank gets `root`'s params: one fused broadcast per array kind
+    over the mesh's communicator (or the given Communicator; None: the
+    active mesh's, else the world). Leaves keep their array types."""
+    comm = _comm_of(mesh_or_comm)
+    root = operator.index(root)
+    if not 0 <= root < comm.size:
+        raise InvalidArgumentError(
+            f"replicate_params: root {root} is out of range for a communicator of size "
+            f"{comm.size}")
+    paths, leaves, treespec = optree.tree_flatten_with_path(params)
+    for path, leaf in zip(paths, leaves):
+        if isinstance(leaf, ShardedArray):
+            raise InvalidArgumentError(
+                f"replicate_params: leaf {_path_text(path)} is a ShardedArray; each rank's block "
+                "differs, replicate before shard_params")
+    _check_same_tree("replicate_params", treespec, leaves, comm)
+    values = [as_array(leaf) for leaf in leaves]
+    return optree.tree_unflatten(treespec, _fused_broadcast(values, root, comm))
+
+
+# ---- parameter sharding (ZeRO / FSDP, the xlstm-jax rules) ---------------------
+
+def _axis_extent(axis_name, mesh):
+    """(number of ranks, this rank's index) along `axis_name`."""
+    mesh = mesh if mesh is not None else current_mesh()
+    if mesh is not None:
+        return mesh.axis_size(axis_name), mesh.axis_index(axis_name)
+    _axis_names_tuple(axis_name)
+    comm = world.world()
+    return comm.size, comm.rank
+
+
+def _shard_dim(shape, count):
+    """The largest dimension divisible by `count`, the later one on ties;
+    None when there is none."""
+    divisible = [dim for dim, size in enumerate(shape) if size % count == 0]
+    return max(divisible, key=lambda dim: (shape[dim], dim)) if divisible else None
+
+
+def shard_params(params, axis_name, *, mesh=None, min_weight_size=2**18):
+    """Each rank keeps its block of every large parameter, split over
+    `axis_name` (the xlstm-jax rule).
+
+    Leaves with at most `min_weight_size` elements stay whole (replicated).
+    Larger ones are split along their largest dimension divisible by the
+    axis size (the later one on ties) and become ShardedArray; when no
+    dimension is divisible the leaf stays whole and a warning says so.
+    ShardedArray leaves are left as they are. No communication.
+    """
+    count, index = _axis_extent(axis_name, mesh)
+    unshardable = []
+
+    def shard(path, leaf):
+        if isinstance(leaf, ShardedArray):
+            return leaf
+        x = as_array(leaf)
+        shape = tuple(x.shape)
+        if math.prod(shape) <= min_weight_size:
+            return leaf
+        dim = _shard_dim(shape, count)
+        if dim is None:
+            unshardable.append(f"{_path_text(path) or '<root>'} {shape}")
+            return leaf
+        block = shape[dim] // count
+        where = [slice(None)] * len(shape)
+        where[dim] = slice(index * block, (index + 1) * block)
+        # A copy, so the full parameter can be freed: that is the point.
+        local = namespace(x).asarray(x[tuple(where)], copy=True)
+        return ShardedArray(local, shape, dim, axis_name)
+
+    result = optree.tree_map_with_path(shard, params)
+    if unshardable:
+        warnings.warn(
+            f"shard_params: no dimension divisible by {count} (the size of axis "
+            f"{axis_name!r}), so these stay replicated: {', '.join(unshardable)}", stacklevel=2)
+    return result
+
+
+def gather_params(params, axis_name, *, mesh=None, gather_dtype=None):
+    """The full parameters from ShardedArray leaves sharded over
+    `axis_name`: one fused all-gather per array kind along each leaf's
+    split dimension. With `gather_dtype` the blocks are cast before the
+    gather (the results have that dtype). Other leaves pass through."""
+    names = _axis_names_tuple(axis_name)
+    comm = axis_comm(axis_name, mesh)
+    leaves, treespec = optree.tree_flatten(params)
+    picked = [i for i, leaf in enumerate(leaves)
+              if isinstance(leaf, ShardedArray) and _axis_names_tuple(leaf.axis_name) == names]
+    _check_same_tree("gather_params", treespec, leaves, comm)
+    values = [_cast(as_array(leaves[i].local), gather_dtype) for i in picked]
+    gathered = _fused_all_gather(values, [leaves[i].dim for i in picked], comm)
+    for index, full in zip(picked, gathered):
+        leaves[index] = full
+    return optree.tree_unflatten(treespec, leaves)
+
+
+def gather_array_with_mean_grads(x, axis, axis_name, *, mesh=None, gather_dtype=None,
+                                 grad_scatter_dtype=None):
+    """(full, backward): `x` all-gathered along `axis` over `axis_name`
+    (cast to `gather_dtype` first, if given), and the matching backward.
+
+    backward(grad_full) reduce-scatters grad_full along `axis` with a mean
+    over the ranks (in `grad_scatter_dtype`, if given) and casts the result
+    back to x's dtype: each rank gets the mean of all ranks' gradients for
+    its own block. Both are collectives over `axis_name`.
+    """
+    comm = axis_comm(axis_name, mesh)
+    x = as_array(x)
+    full = collectives.all_gather(_cast(x, gather_dtype), axis=axis, comm=comm)
+
+    def backward(grad_full):
+        grad = _cast(as_array(grad_full), grad_scatter_dtype)
+        return _cast(collectives.reduce_scatter(grad, "mean", axis=axis, comm=comm), x.dtype)
+
+    return full, backward
+
+
+# ---- gradient reductions ------------------------------------------------------
+
+def _mesh_order(names, mesh):
+    """`names` validated, in the mesh's axis order: a mean over axes does not
+    depend on their order, so every ordering shares one communicator."""
+    names = _axis_names_tuple(names)
+    if mesh is None:
+        return names
+    mesh.axis_size(names)
+    return tuple(name for name in mesh.axis_names if name in names)
+
+
+def _replication_axes(leaf, names, mesh):
+    """The axes a gradient leaf is averaged over: all of `names` for a
+    replicated leaf, those it is not sharded on for a ShardedArray."""
+    if not isinstance(leaf, ShardedArray):
+        return names
+    if mesh is None:
+        # With no mesh every name is the whole world, which the leaf is
+        # sharded over: its blocks differ on every rank.
+        return ()
+    sharded = set(_axis_names_tuple(leaf.axis_name))
+    return tuple(name for name in names if name not in sharded)
+
+
+def sync_gradients(grads, axis_names, *, mesh=None):
+    """Gradients averaged over the ranks of `axis_names` (a name or tuple).
+
+    Replicated leaves: the mean over all of `axis_names`. ShardedArray
+    leaves: the mean only over the axes they are not sharded on (none left:
+    unchanged). One fused all-reduce per set of axes and array kind.
+    """
+    mesh = mesh if mesh is not None else current_mesh()
+    names = _mesh_order(axis_names, mesh)
+    leaves, treespec = optree.tree_flatten(grads)
+    groups = {}
+    for index, leaf in enumerate(leaves):
+        axes = _replication_axes(leaf, names, mesh)
+        if axes:
+            groups.setdefault(axes, []).append(index)
+    _check_same_tree("sync_gradients", treespec, leaves, axis_comm(names, mesh))
+    for axes, indices in groups.items():
+        reduced = _fused_all_reduce([_value(leaves[i]) for i in indices], "mean",
+                                    axis_comm(axes, mesh))
+        for index, value in zip(indices, reduced):
+            leaves[index] = _rewrap(leaves[index], value)
+    return optree.tree_unflatten(treespec, leaves)
+
+
+def _reduce_type(reduce_type):
+    op = reduce_type.lower() if isinstance(reduce_type, str) else None
+    if op not in ("mean", "sum"):
+        raise InvalidArgumentError(f"reduce_type must be 'mean' or 'sum', got {reduce_type!r}")
+    return op
+
+
+def reduce_gradients_across_devices(grads, reduce_type="mean", axis_name=None, *, mesh=None):
+    """Every leaf reduced ("mean" or "sum", any case) over `axis_name`
+    (None: the whole mesh, or the world with no mesh): one fused all-reduce
+    per array kind. ShardedArray leaves are reduced block by block like any
+    array; sync_gradients is the sharding-aware reduction."""
+    op = _reduce_type(reduce_type)
+    comm = axis_comm(axis_name, mesh)
+    leaves, treespec = optree.tree_flatten(grads)
+    _check_same_tree("reduce_gradients_across_devices", treespec, leaves, comm)
+    reduced = _fused_all_reduce([_value(leaf) for leaf in leaves], op, comm)
+    return optree.tree_unflatten(treespec, [_rewrap(leaf, value)
+                                            for leaf, value in zip(leaves, reduced)])
+
+
+all_reduce_gradients = reduce_gradients_across_devices
+
+
+# ---- the artifex-style class ----------------------------------------------------
+
+def _create_mesh(mesh_shape=None, *, comm=None, data_axis="data"):
+    """A mesh from {axis name: size}; None: every rank along `data_axis`."""
+    manager = DeviceMeshManager(comm)
+    if mesh_shape is None:
+        return manager.create_data_parallel_mesh(axis_name=data_axis)
+    return manager.create_device_mesh(mesh_shape)
+
+
+class DataParallel:
+    """Data-parallel helpers bound to a mesh (artifex's DataParallel).
+
+    With `mesh` None the methods use the active mesh (concord.use_mesh),
+    else a 1-D mesh over the world along `data_axis`, made on first use.
+    Every method taking an optional `mesh` uses the given one instead. Each
+    method also exists as a ``*_static`` static method: the module-level
+    function, which takes the mesh (or sharding) explicitly.
+    """
+
+    # Defined before the methods of the same names, which would otherwise
+    # shadow the module-level functions here.
+    create_mesh_static = staticmethod(_create_mesh)
+    create_sharding_static = staticmethod(create_data_parallel_sharding)
+    create_data_parallel_sharding_static = staticmethod(create_data_parallel_sharding)
+    shard_batch_static = staticmethod(place_batch_on_shards)
+    shard_model_state_static = staticmethod(place_model_state_on_shards)
+    replicate_params_static = staticmethod(replicate_params)
+    shard_params_static = staticmethod(shard_params)
+    gather_params_static = staticmethod(gather_params)
+    sync_gradients_static = staticmethod(sync_gradients)
+    reduce_gradients_static = staticmethod(reduce_gradients_across_devices)
+    all_reduce_gradients_static = staticmethod(reduce_gradients_across_devices)
+
+    def __init__(self, mesh=None, *, data_axis="data"):
+        self._mesh = mesh
+        self.data_axis = data_axis
+
+    @property
+    def mesh(self):
+        """The mesh the methods use."""
+        if self._mesh is not None:
+            return self._mesh
+        active = current_mesh()
+        if active is not None:
+            return active
+        self._mesh = _create_mesh(data_axis=self.data_axis)
+        return self._mesh
+
+    def _pick(self, mesh):
+        return mesh if mesh is not None else self.mesh
+
+    def create_mesh(self, mesh_shape=None, *, comm=None):
+        """Builds the mesh this object uses from {axis name: size} (None:
+        every rank along the data axis) and returns it."""
+        self._mesh = _create_mesh(mesh_shape, comm=comm, data_axis=self.data_axis)
+        return self._mesh
+
+    def create_sharding(self, mesh=None, data_axis=None):
+        """The NamedSharding splitting batches over the data axis."""
+        return create_data_parallel_sharding(self._pick(mesh), data_axis or self.data_axis)
+
+    def shard_batch(self, batch, sharding=None, *, uneven="error"):
+        """This rank's shard of the global batch (see place_batch_on_shards)."""
+        sharding = sharding if sharding is not None else self.create_sharding()
+        return place_batch_on_shards(batch, sharding, uneven=uneven)
+
+    def shard_model_state(self, state, mesh=None, param_sharding="replicate"):
+        """See place_model_state_on_shards."""
+        return place_model_state_on_shards(state, self._pick(mesh), param_sharding)
+
+    def replicate_params(self, params, mesh=None, root=0):
+        """Every rank gets `root`'s params (see replicate_params)."""
+        return replicate_params(params, self._pick(mesh), root)
+
+    def shard_params(self, params, axis_name=None, *, min_weight_size=2**18):
+        """See shard_params; the axis defaults to the data axis (ZeRO-3)."""
+        return shard_params(params, axis_name or self.data_axis, mesh=self.mesh,
+                            min_weight_size=min_weight_size)
+
+    def gather_params(self, params, axis_name=None, *, gather_dtype=None):
+        """See gather_params; the axis defaults to the data axis."""
+        return gather_params(params, axis_name or self.data_axis, mesh=self.mesh,
+                             gather_dtype=gather_dtype)
+
+    def sync_gradients(self, grads, axis_names=None):
+        """See sync_gradients; the axes default to all the mesh's axes."""
+        mesh = self.mesh
+        return sync_gradients(grads, axis_names or mesh.axis_names, mesh=mesh)
+
+    def reduce_gradients(self, grads, reduce_type="mean", axis_name=None):
+        """See reduce_gradients_across_devices; None: the whole mesh."""
+        return reduce_gradients_across_devices(grads, reduce_type, axis_name, mesh=self.mesh)
+
+    create_data_parallel_sharding = create_sharding
+    all_reduce_gradients = reduce_gradients
