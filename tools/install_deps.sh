@@ -27,6 +27,7 @@ py_packages=(
   "pytest:pytest>=7"
   "optree:optree>=0.10"
   "array_api_compat:array-api-compat>=1.4"
+  "sklearn:scikit-learn>=1.0"
 )
 need=()
 for entry in "${py_packages[@]}"; do

@@ -15,7 +15,18 @@ from .errors import (
     Status,
     UnavailableError,
 )
+from . import data_parallel, metrics, optim, training
+from .training import GradientSynchronizer, train_step
 from .launch import launch
+from .mesh import (
+    DeviceMeshManager,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+    current_mesh,
+    make_mesh,
+    use_mesh,
+)
 from .world import (
     Communicator,
     init,
@@ -40,8 +51,13 @@ __all__ = [
     "CollectiveTimeoutError",
     "Communicator",
     "ConcordError",
+    "DeviceMeshManager",
+    "GradientSynchronizer",
     "InvalidArgumentError",
+    "Mesh",
     "MismatchError",
+    "NamedSharding",
+    "PartitionSpec",
     "RemoteError",
     "Status",
     "UnavailableError",
@@ -52,13 +68,21 @@ __all__ = [
     "barrier",
     "broadcast",
     "build_info",
+    "current_mesh",
+    "data_parallel",
     "init",
     "is_initialized",
     "launch",
     "local_rank",
+    "make_mesh",
+    "metrics",
+    "optim",
     "rank",
     "reduce_scatter",
     "shutdown",
+    "train_step",
+    "training",
+    "use_mesh",
     "world",
     "world_size",
 ]

@@ -42,6 +42,7 @@ from .mesh import (
 
 __all__ = [
     "DataParallel",
+    "GradientSynchronizer",
     "ShardedArray",
     "all_reduce_gradients",
     "create_data_parallel_sharding",
@@ -55,6 +56,7 @@ __all__ = [
     "shard_model_state",
     "shard_params",
     "sync_gradients",
+    "train_step",
 ]
 
 SHARDED_ARRAY_NAMESPACE = "concord"
@@ -673,3 +675,8 @@ class DataParallel:
 
     create_data_parallel_sharding = create_sharding
     all_reduce_gradients = reduce_gradients
+
+
+# DESIGN.md §5 lists these with the data-parallel helpers; they live in
+# concord.training, which builds on this module (ShardedArray above).
+from .training import GradientSynchronizer, train_step  # noqa: E402

@@ -1,0 +1,64 @@
+"""concord.metrics: distributed metrics for any array library.
+
+Two APIs:
+
+- functional reductions of metric pytrees across ranks (datarax):
+  reduce_mean / reduce_sum / reduce_max / reduce_min, reduce_custom,
+  reduce_mean_collective / reduce_sum_collective, all_gather,
+  collect_from_devices (see concord.metrics_functional);
+- stateful metrics with local updates and an asynchronous fused sync
+  (d9d, torchmetrics): Metric and its implementations, MetricCollection
+  (see concord.metrics_base for the lifecycle and how the synced totals
+  and the local window are kept apart).
+"""
+
+from .metrics_aggregation import Cat, Max, Mean, Min, Sum, WeightedMean
+from .metrics_base import Metric
+from .metrics_classification import (
+    Accuracy,
+    BinaryAUROC,
+    ConfusionMatrix,
+    F1Score,
+    FBetaScore,
+    Precision,
+    Recall,
+)
+from .metrics_collection import MetricCollection
+from .metrics_functional import (
+    all_gather,
+    collect_from_devices,
+    reduce_custom,
+    reduce_max,
+    reduce_mean,
+    reduce_mean_collective,
+    reduce_min,
+    reduce_sum,
+    reduce_sum_collective,
+)
+
+__all__ = [
+    "Accuracy",
+    "BinaryAUROC",
+    "Cat",
+    "ConfusionMatrix",
+    "F1Score",
+    "FBetaScore",
+    "Max",
+    "Mean",
+    "Metric",
+    "MetricCollection",
+    "Min",
+    "Precision",
+    "Recall",
+    "Sum",
+    "WeightedMean",
+    "all_gather",
+    "collect_from_devices",
+    "reduce_custom",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_mean_collective",
+    "reduce_min",
+    "reduce_sum",
+    "reduce_sum_collective",
+]

@@ -1,0 +1,238 @@
+"""Fused multi-tensor optimizers over pytrees of arrays.
+
+    opt = concord.optim.AdamW(lr=1e-3)
+    opt_state = opt.init(params)
+    params, opt_state = opt.step(params, grads, opt_state)
+
+Parameters are any pytree (optree: dict, list, tuple, namedtuple, None
+leaves) of NumPy or DLPack arrays (float32 or float64). A step is one C call
+over every leaf: the parameters and the optimizer's buffers are updated in
+place, and the same parameter pytree is returned, so functional code
+(``params, opt_state = opt.step(...)``) and in-place code both work.
+
+The optimizer state is a dict pytree: ``"step"`` (the number of steps taken,
+an int) and one buffer pytree shaped like the parameters per buffer kind
+(``"momentum_buffer"`` for SGD with momentum, ``"exp_avg"`` and
+``"exp_avg_sq"`` for AdamW). It can be saved and restored like parameters.
+
+Leaves that are ``concord.data_parallel.ShardedArray`` are updated through
+their local shard (an optimizer step is elementwise); their buffers are
+shaped like the shard.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import optree
+
+from . import _capi, collectives
+from .arrays import namespace
+from .data_parallel import ShardedArray
+from .mesh import axis_comm
+
+__all__ = ["SGD", "AdamW", "clip_grad_norm"]
+
+# torch.nn.utils.clip_grad_norm_ divides by norm + 1e-6, so that a zero norm
+# never divides by zero; the same constant keeps results interchangeable.
+_CLIP_EPS = 1e-6
+
+
+def _is_sharded(x) -> bool:
+    return isinstance(x, ShardedArray)
+
+
+def flatten(tree):
+    """(leaves, treespec) of a pytree whose leaves are arrays; ShardedArray
+    leaves stay whole."""
+    return optree.tree_flatten(tree, is_leaf=_is_sharded)
+
+
+def flatten_like(treespec, tree, what: str, like: str = "params"):
+    """The leaves of `tree`, which must have `treespec`'s structure."""
+    try:
+        return treespec.flatten_up_to(tree)
+    except ValueError as exc:
+        raise ValueError(f"{what} must have the structure of {like}: {exc}") from None
+
+
+def local(x):
+    """The array a leaf stores here: a ShardedArray's local shard, else the leaf."""
+    return x.local if _is_sharded(x) else x
+
+
+def _zeros_like(x):
+    x = local(x)
+    return namespace(x).zeros_like(x)
+
+
+def _check_nonnegative(**values) -> None:
+    for name, value in values.items():
+        if not value >= 0.0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def _check_lr(lr) -> None:
+    if not callable(lr):
+        _check_nonnegative(lr=lr)
+
+
+class _Optimizer:
+    """Shared plumbing: the learning rate (a float or a schedule) and
+    flattening parameters, gradients and buffers against one structure."""
+
+    _buffers: tuple[str, ...] = ()
+
+    def __init__(self, lr: float | Callable[[int], float]):
+        _check_lr(lr)
+        self.lr = lr
+
+    def _lr_at(self, step: int) -> float:
+        """The learning rate of the 1-based `step`."""
+        lr = self.lr(step) if callable(self.lr) else self.lr
+        _check_nonnegative(lr=lr)
+        return float(lr)
+
+    def init(self, params) -> dict:
+        """The state before the first step: step 0 and zeroed buffers
+        shaped like `params`."""
+        leaves, treespec = flatten(params)
+        state = {"step": 0}
+        for name in self._buffers:
+            state[name] = treespec.unflatten([_zeros_like(x) for x in leaves])
+        return state
+
+    def _leaves(self, params, grads, opt_state):
+        """(params, grads, {buffer: leaves}) as local arrays, one list each."""
+        leaves, treespec = flatten(params)
+        grad_leaves = flatten_like(treespec, grads, "grads")
+        missing = [name for name in ("step", *self._buffers) if name not in opt_state]
+        if missing:
+            raise ValueError(f"opt_state lacks {', '.join(map(repr, missing))}: "
+                             f"make it with {type(self).__name__}.init(params)")
+        buffers = {name: [local(x) for x in flatten_like(treespec, opt_state[name],
+                                                         f"opt_state[{name!r}]")]
+                   for name in self._buffers}
+        return [local(x) for x in leaves], [local(g) for g in grad_leaves], buffers
+
+    def step(self, params, grads, opt_state):
+        """One update of every parameter (in place); returns (params, opt_state)."""
+        param_leaves, grad_leaves, buffers = self._leaves(params, grads, opt_state)
+        step = opt_state["step"] + 1
+        self._update(param_leaves, grad_leaves, buffers, step)
+        return params, {**opt_state, "step": step}
+
+    def _update(self, params: list, grads: list, buffers: dict, step: int) -> None:
+        raise NotImplementedError
+
+
+class SGD(_Optimizer):
+    """Stochastic gradient descent with torch.optim.SGD's update rule
+    (dampening 0):
+
+        g = grad + weight_decay * p
+        b = g on the first step, else momentum * b + g       (momentum > 0)
+        g = g + momentum * b if nesterov else b              (momentum > 0)
+        p = p - lr * g
+
+    `lr` is a float or a schedule: a function of the 1-based step count.
+    """
+
+    def __init__(self, lr, momentum=0.0, nesterov=False, weight_decay=0.0):
+        super().__init__(lr)
+        _check_nonnegative(momentum=momentum, weight_decay=weight_decay)
+        if nesterov and momentum == 0:
+            raise ValueError("nesterov momentum requires momentum > 0")
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+        self.weight_decay = float(weight_decay)
+        self._buffers = ("momentum_buffer",) if self.momentum else ()
+
+    def _update(self, params, grads, buffers, step):
+        _capi.sgd_step(params, grads, buffers.get("momentum_buffer"), self._lr_at(step),
+                       self.momentum, self.weight_decay, self.nesterov, step)
+
+    def __repr__(self):
+        return (f"SGD(lr={self.lr!r}, momentum={self.momentum}, nesterov={self.nesterov}, "
+                f"weight_decay={self.weight_decay})")
+
+
+class AdamW(_Optimizer):
+    """Adam with decoupled weight decay, torch.optim.AdamW's update rule:
+
+        p = p * (1 - lr * weight_decay)
+        m = beta1 * m + (1 - beta1) * grad
+        v = beta2 * v + (1 - beta2) * grad**2
+        p = p - lr / (1 - beta1**t) * m / (sqrt(v / (1 - beta2**t)) + eps)
+
+    `lr` is a float or a schedule: a function of the 1-based step count t.
+    """
+
+    _buffers = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(lr)
+        beta1, beta2 = betas
+        for index, beta in enumerate((beta1, beta2)):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"betas[{index}] must be in [0, 1), got {beta}")
+        _check_nonnegative(eps=eps, weight_decay=weight_decay)
+        self.betas = (float(beta1), float(beta2))
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+
+    def _update(self, params, grads, buffers, step):
+        beta1, beta2 = self.betas
+        _capi.adamw_step(params, grads, buffers["exp_avg"], buffers["exp_avg_sq"],
+                         self._lr_at(step), beta1, beta2, self.eps, self.weight_decay, step)
+
+    def __repr__(self):
+        return (f"AdamW(lr={self.lr!r}, betas={self.betas}, eps={self.eps}, "
+                f"weight_decay={self.weight_decay})")
+
+
+def _sharded_sum_of_squares(sharded: list, comm) -> float:
+    """Sum of squares of the full arrays behind ShardedArray leaves: each
+    rank's local squares, summed over the communicator of the axis each leaf
+    is sharded on (or `comm`): one small all-reduce per communicator."""
+    groups: dict = {}
+    for leaf in sharded:
+        over = axis_comm(leaf.axis_name) if comm is None else comm
+        groups.setdefault(id(over), (over, []))[1].append(leaf.local)
+    total = 0.0
+    for over, shards in groups.values():
+        partial = np.array([_capi.sum_of_squares(shards)])
+        collectives.all_reduce(partial, comm=over, out=partial)
+        total += float(partial[0])
+    return total
+
+
+def clip_grad_norm(grads, max_norm: float, *, comm=None) -> float:
+    """Scales `grads` in place so their global L2 norm is at most `max_norm`
+    (as torch.nn.utils.clip_grad_norm_: by max_norm / (norm + 1e-6) when that
+    is below 1) and returns the norm before clipping, a float.
+
+    The norm covers every leaf in one fused pass (float64 accumulation).
+    Leaves that are ShardedArray hold a shard of a larger gradient: their
+    squares are summed over the axis they are sharded on (resolved against
+    the active mesh; with none, the world), or over `comm` when it is given,
+    so every rank gets the norm of the full gradients. Replicated leaves are
+    counted once, as they are: call this after the gradients were
+    synchronised.
+    """
+    if not max_norm >= 0.0:
+        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
+    leaves, _ = flatten(grads)
+    sharded = [leaf for leaf in leaves if _is_sharded(leaf)]
+    replicated = [leaf for leaf in leaves if not _is_sharded(leaf)]
+    squares = _capi.sum_of_squares(replicated) if replicated else 0.0
+    if sharded:
+        squares += _sharded_sum_of_squares(sharded, comm)
+    norm = math.sqrt(squares)
+    coefficient = max_norm / (norm + _CLIP_EPS)
+    if coefficient < 1.0:
+        _capi.scale([local(leaf) for leaf in leaves], coefficient)
+    return norm
+

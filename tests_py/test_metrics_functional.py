@@ -1,0 +1,198 @@
+"""concord.metrics functional reductions against NumPy references.
+
+Multi-rank checks run in one concord.launch job per world size; every rank
+builds every rank's pytree from (rank, seed), so it computes the reference
+itself and returns the checks that failed.
+"""
+
+import numpy as np
+import optree
+import pytest
+import torch
+
+import concord as cc
+from concord import metrics
+
+SEED = 20240607
+
+
+def rank_tree(rank):
+    """A nested pytree of every supported leaf kind, with rank-dependent values."""
+    rng = np.random.default_rng([SEED, rank])
+    return {
+        "loss": float(rng.uniform(-1, 1)),
+        "steps": int(rng.integers(0, 100)),
+        "scale": np.float32(rng.uniform(0, 1)),
+        "vec": rng.uniform(-2, 2, 7).astype(np.float32),
+        "ints": rng.integers(-50, 50, 5).astype(np.int32),
+        "nested": {
+            "grid": rng.uniform(-1, 1, (3, 2)),
+            "empty": np.zeros(0, np.float64),
+            "flags": (bool(rng.integers(0, 2)), rng.integers(0, 2, 4).astype(bool)),
+        },
+        "skip": None,
+    }
+
+
+def reference(trees, op):
+    """op over the ranks' leaves by concord's rules: integer arrays mean
+    truncates, Python ints/bools average as floats, bools sum as ints."""
+    def combine(*leaves):
+        stack = np.stack([np.asarray(leaf) for leaf in leaves])
+        first = leaves[0]
+        if op in ("max", "min"):
+            result = getattr(stack, op)(axis=0)
+        elif op == "sum":
+            dtype = np.int64 if stack.dtype == bool else stack.dtype
+            result = stack.sum(axis=0, dtype=dtype)
+        elif stack.dtype.kind in "iu" and not isinstance(first, int):
+            result = np.trunc(stack.astype(np.float64).mean(axis=0)).astype(stack.dtype)
+        else:
+            floats = stack.astype(np.float64 if stack.dtype.kind in "biu" else stack.dtype)
+            result = floats.mean(axis=0)
+        return result.item() if isinstance(first, (bool, int, float)) else result
+
+    return {k: _map(combine, [t[k] for t in trees]) for k in trees[0]}
+
+
+def _map(fn, values):
+    return optree.tree_map(fn, *values)
+
+
+def same(actual, expected, rtol=1e-6):
+    """Equal values and the same leaf types, as a list of problems."""
+    problems = []
+    a_leaves, a_def = optree.tree_flatten(actual)
+    e_leaves, e_def = optree.tree_flatten(expected)
+    if a_def != e_def:
+        return [f"structure {a_def} != {e_def}"]
+    for a, e in zip(a_leaves, e_leaves):
+        if type(a) is not type(e):
+            problems.append(f"type {type(a).__name__} != {type(e).__name__}")
+        elif getattr(a, "dtype", None) != getattr(e, "dtype", None):
+            problems.append(f"dtype {a.dtype} != {e.dtype}")
+        elif not np.allclose(np.asarray(a, np.float64), np.asarray(e, np.float64), rtol=rtol):
+            problems.append(f"value {a!r} != {e!r}")
+    return problems
+
+
+class CountingHandle:
+    """Stands in for a communicator's C handle and counts its collectives."""
+
+    def __init__(self, handle):
+        self._real = handle
+        self.calls = []
+
+    def __getattr__(self, name):
+        attr = getattr(self._real, name)
+        if name in ("all_reduce", "all_reduce_multi", "all_gather"):
+            def counted(*args, **kwargs):
+                self.calls.append(name)
+                return attr(*args, **kwargs)
+            return counted
+        return attr
+
+
+def functional_checks():
+    comm = cc.init()
+    rank, size = comm.rank, comm.size
+    trees = [rank_tree(r) for r in range(size)]
+    mine = rank_tree(rank)
+    failures = []
+
+    for op, fn in (("mean", metrics.reduce_mean), ("sum", metrics.reduce_sum),
+                   ("max", metrics.reduce_max), ("min", metrics.reduce_min)):
+        result = fn(mine)
+        failures += [f"reduce_{op}: {p}" for p in same(result, reference(trees, op))]
+    failures += [f"reduce_mean_collective: {p}" for p in
+                 same(metrics.reduce_mean_collective(mine), reference(trees, "mean"))]
+    failures += [f"reduce_sum_collective: {p}" for p in
+                 same(metrics.reduce_sum_collective(mine, axis_name="batch"), reference(trees, "sum"))]
+
+    # One fused collective per reduce op, none per key; inputs never written.
+    counting = CountingHandle(comm._handle)
+    comm._handle = counting
+    before = {k: np.copy(v) for k, v in mine.items() if isinstance(v, np.ndarray)}
+    custom = metrics.reduce_custom(mine, {"steps": "sum", "vec": "MAX", "ints": "min",
+                                          "nested": None, "absent": "sum"})
+    comm._handle = counting._real
+    if counting.calls != ["all_reduce_multi"] * 4:
+        failures.append(f"reduce_custom issued {counting.calls}")
+    if any(not np.array_equal(before[k], mine[k]) for k in before):
+        failures.append("reduce_custom wrote its input")
+    expected = {
+        "loss": reference(trees, "mean")["loss"],  # missing key: mean
+        "steps": reference(trees, "sum")["steps"],
+        "scale": reference(trees, "mean")["scale"],
+        "vec": reference(trees, "max")["vec"],
+        "ints": reference(trees, "min")["ints"],
+        "nested": mine["nested"],
+        "skip": None,
+    }
+    failures += [f"reduce_custom: {p}" for p in same(custom, expected)]
+    if any(a is not b for a, b in zip(optree.tree_leaves(custom["nested"]),
+                                      optree.tree_leaves(mine["nested"]))):
+        failures.append("reduce_custom: None did not pass the value through unchanged")
+
+    # torch tensors come back as torch tensors.
+    tensor = torch.arange(4, dtype=torch.float32) * (rank + 1)
+    summed = metrics.reduce_sum({"t": tensor})["t"]
+    if not isinstance(summed, torch.Tensor) or not torch.equal(
+            summed, torch.arange(4, dtype=torch.float32) * sum(range(1, size + 1))):
+        failures.append(f"reduce_sum on torch: {summed!r}")
+
+    gathered = metrics.all_gather(mine)
+    stacked = _map(lambda *leaves: np.stack([np.asarray(x) for x in leaves]), trees)
+    failures += [f"all_gather: {p}" for p in same(
+        optree.tree_map(np.asarray, gathered), optree.tree_map(np.asarray, stacked))]
+    if not isinstance(gathered["loss"], np.ndarray) or gathered["loss"].shape != (size,):
+        failures.append(f"all_gather of a Python scalar: {gathered['loss']!r}")
+    torch_gathered = metrics.all_gather({"t": tensor})["t"]
+    if not isinstance(torch_gathered, torch.Tensor) or tuple(torch_gathered.shape) != (size, 4):
+        failures.append(f"all_gather on torch: {torch_gathered!r}")
+
+    collected = metrics.collect_from_devices(mine)
+    expected_lists = _map(lambda *leaves: list(leaves), trees)
+    flat_c = optree.tree_leaves(collected, is_leaf=lambda x: isinstance(x, list))
+    flat_e = optree.tree_leaves(expected_lists, is_leaf=lambda x: isinstance(x, list))
+    for c, e in zip(flat_c, flat_e):
+        failures += [f"collect_from_devices: {p}" for p in same(c, e)]
+
+    # Mesh axes: a name of the active mesh works, another is a ValueError.
+    with cc.use_mesh(cc.make_mesh((size,), ("data",))):
+        failures += [f"reduce_sum over a mesh axis: {p}" for p in
+                     same(metrics.reduce_sum(mine, axis_name="data"), reference(trees, "sum"))]
+        try:
+            metrics.reduce_sum(mine, axis_name="batch")
+            failures.append("an axis name outside the mesh did not raise")
+        except ValueError:
+            pass
+    return failures
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_functional_reductions_match_numpy(nprocs):
+    results = cc.launch(functional_checks, nprocs)
+    assert results == [[]] * nprocs
+
+
+def test_reduce_custom_rejects_unknown_ops_before_communicating():
+    # No world is initialised: a collective would raise ConcordError instead.
+    with pytest.raises(ValueError, match="unknown reduce op 'median' for 'loss'"):
+        metrics.reduce_custom({"loss": 1.0}, {"loss": "median"})
+    with pytest.raises(ValueError, match="unknown reduce op 3"):
+        metrics.reduce_custom({"loss": 1.0}, {"loss": 3})
+
+
+def test_reduce_rejects_non_numeric_leaves(world1):
+    with pytest.raises(ValueError, match="cannot reduce a leaf of type str"):
+        metrics.reduce_mean({"name": "x"})
+
+
+def test_reductions_on_a_world_of_one_return_the_values(world1):
+    tree = {"a": 2.5, "b": np.arange(3, dtype=np.int64), "c": [None, True]}
+    assert metrics.reduce_mean(tree)["a"] == 2.5
+    assert np.array_equal(metrics.reduce_sum(tree)["b"], tree["b"])
+    assert metrics.reduce_max(tree)["c"] == [None, True]
+    assert metrics.reduce_mean({}) == {}
+    assert metrics.collect_from_devices({"a": 1}) == {"a": [1]}
