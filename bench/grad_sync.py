@@ -1,0 +1,276 @@
+"""Gradient synchronisation of a ResNet-50-sized model: per-tensor
+all-reduce vs concord's GradientSynchronizer vs torch DDP over gloo.
+
+    python3 bench/grad_sync.py               # 2 and 4 ranks
+    python3 bench/grad_sync.py --nprocs 2 --quick
+
+The gradients are ResNet-50's 161 float32 parameter tensors (25.6M values,
+102 MB; shapes built like torchvision's resnet50: conv, batch-norm weight
+and bias, fc). Per world size it prints the median time of one
+synchronisation (mean over ranks, in place) of the slowest rank:
+
+- per-tensor: one blocking cc.all_reduce(op="mean") per gradient;
+- GradientSynchronizer.synchronize() with 1, 25, 64 and 128 MB buckets
+  (first bucket 1 MB, as DDP's default);
+- torch DDP over gloo, bucket_cap_mb=25: the cost DDP adds to a step,
+  measured as the median forward+backward with DDP minus the median with
+  DDP's no_sync() (which skips the all-reduce). The model's forward is
+  sum(p.sum()), so backward produces every gradient with almost no compute
+  and nothing hides the communication: the difference is DDP's all-reduce
+  time, including its bucket copies.
+
+torch runs with one intra-op thread per rank, so ranks do not oversubscribe
+the cores. Ratios are the other method's time over the synchroniser's at
+25 MB; targets: >= 1.5x per-tensor and >= 2x DDP. Each concord measurement
+ends with a check of the result against NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import tempfile
+from datetime import timedelta
+
+import numpy as np
+
+import _timing
+from _timing import Budget
+
+BUCKET_MBS = (1, 25, 64, 128)
+TARGET_MB = 25
+TARGET_PER_TENSOR = 1.5
+TARGET_DDP = 2.0
+COLLECTIVE_TIMEOUT_S = 300
+FULL = Budget(seconds=3.0, min_iters=5, max_iters=100, max_warmup=5)
+QUICK = Budget(seconds=1.0, min_iters=3, max_iters=30, max_warmup=3)
+
+
+def resnet50_shapes() -> list[tuple[int, ...]]:
+    """Parameter shapes of torchvision's resnet50, in parameter order."""
+    shapes = [(64, 3, 7, 7), (64,), (64,)]
+    in_channels = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for block in range(blocks):
+            out_channels = 4 * width
+            shapes += [(width, in_channels, 1, 1), (width,), (width,),
+                       (width, width, 3, 3), (width,), (width,),
+                       (out_channels, width, 1, 1), (out_channels,), (out_channels,)]
+            if block == 0:  # the downsample branch
+                shapes += [(out_channels, in_channels, 1, 1), (out_channels,), (out_channels,)]
+            in_channels = out_channels
+    return shapes + [(1000, 2048), (1000,)]
+
+
+SHAPES = resnet50_shapes()
+NUMEL = sum(int(np.prod(s)) for s in SHAPES)
+assert len(SHAPES) == 161 and NUMEL == 25_557_032
+
+
+def rank_grads(rank: int) -> list[np.ndarray]:
+    """Rank-dependent gradients, so a wrong mean shows."""
+    return [np.full(shape, rank + 1, np.float32) for shape in SHAPES]
+
+
+# ---------------------------------------------------------------- workers
+
+
+def concord_worker(plan: dict) -> dict:
+    import concord as cc
+    from concord.training import GradientSynchronizer
+
+    cc.init(timeout=COLLECTIVE_TIMEOUT_S)
+    rank, size = cc.rank(), cc.world_size()
+    budget = Budget(**plan["budget"])
+    expected = (size + 1) / 2
+
+    def max_over_ranks(values):
+        return cc.all_reduce(values, op="max", out=values)
+
+    def measure(name, fn, grads):
+        times = _timing.measure(fn, budget, cc.barrier, max_over_ranks)
+        for g, value in zip(grads, rank_grads(rank)):
+            g[...] = value
+        fn()
+        correct = all(np.all(g == np.float32(expected)) for g in grads)
+        return {"name": name, "median_s": float(np.median(times)), "iters": len(times),
+                "correct": bool(correct)}
+
+    grads = rank_grads(rank)
+    results = [measure("per-tensor all_reduce",
+                       lambda: [cc.all_reduce(g, op="mean", out=g) for g in grads], grads)]
+    for mb in BUCKET_MBS:
+        with GradientSynchronizer(grads, bucket_cap_mb=mb, first_bucket_mb=1) as sync:
+            result = measure(f"GradientSynchronizer {mb} MB", lambda: sync.synchronize(grads),
+                             grads)
+            result["buckets"] = sync.num_buckets
+            results.append(result)
+    cc.shutdown()
+    return {"rank": rank, "measurements": results}
+
+
+def ddp_worker(plan: dict) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    address = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", init_method=f"tcp://{address}:{plan['torch_port']}",
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+                            timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    budget = Budget(**plan["budget"])
+
+    class Shapes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weights = torch.nn.ParameterList(
+                torch.nn.Parameter(torch.zeros(shape)) for shape in SHAPES)
+
+        def forward(self):
+            return sum(p.sum() for p in self.weights)
+
+    model = DistributedDataParallel(Shapes(), bucket_cap_mb=TARGET_MB)
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        model().backward()
+
+    def step_no_sync():
+        with model.no_sync():
+            step()
+
+    def max_over_ranks(values):
+        tensor = torch.from_numpy(values)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return values
+
+    results = []
+    for name, fn in (("DDP forward+backward", step), ("no_sync forward+backward", step_no_sync)):
+        times = _timing.measure(fn, budget, dist.barrier, max_over_ranks)
+        results.append({"name": name, "median_s": float(np.median(times)), "iters": len(times)})
+    rank = dist.get_rank()
+    dist.destroy_process_group()
+    return {"rank": rank, "measurements": results}
+
+
+WORKERS = {"concord": concord_worker, "ddp": ddp_worker}
+
+
+def run_worker(kind: str, plan_path: str, out_path: str) -> int:
+    result = WORKERS[kind](_timing.read_json(plan_path))
+    if result["rank"] == 0:
+        _timing.write_json(out_path, result)
+    return 0
+
+
+# ----------------------------------------------------------------- parent
+
+
+def run_job(kind: str, n: int, budget: Budget, workdir: str) -> tuple[dict, str | None]:
+    plan_path = os.path.join(workdir, f"plan-{kind}-{n}.json")
+    out_path = os.path.join(workdir, f"result-{kind}-{n}.json")
+    _timing.write_json(plan_path, {"budget": budget.__dict__, "torch_port": _timing.free_port()})
+    command = [sys.executable, "-m", "concord.run", "-n", str(n), os.path.abspath(__file__),
+               "--worker", kind, "--plan", plan_path, "--out", out_path]
+    print(f"bench: {kind} on {n} ranks ...", file=sys.stderr, flush=True)
+    outcome = _timing.run_job(command, dict(os.environ), 1200)
+    results = _timing.read_json(out_path) or {}
+    failure = outcome.failure() or (None if results else "wrote no results")
+    print(f"bench: {kind} on {n} ranks: {outcome.seconds:.0f} s"
+          + (f", FAILED: {failure}" if failure else ""), file=sys.stderr, flush=True)
+    return results, failure
+
+
+def median_of(results: dict, name: str) -> float | None:
+    for m in results.get("measurements", []):
+        if m["name"] == name:
+            return m["median_s"]
+    return None
+
+
+def rows_for(concord_results: dict, ddp_results: dict) -> tuple[list[list[str]], dict]:
+    """Table rows and the times the targets need."""
+    ddp = None
+    if ddp_results:
+        with_sync = median_of(ddp_results, "DDP forward+backward")
+        without = median_of(ddp_results, "no_sync forward+backward")
+        ddp = with_sync - without
+    reference = median_of(concord_results, f"GradientSynchronizer {TARGET_MB} MB")
+    per_tensor = median_of(concord_results, "per-tensor all_reduce")
+    rows = []
+    for m in concord_results.get("measurements", []):
+        rows.append([m["name"], str(m.get("buckets", len(SHAPES))), f"{m['median_s'] * 1e3:.1f}",
+                     f"{NUMEL * 4 / m['median_s'] / 1e9:.2f}", ratio(per_tensor, m["median_s"]),
+                     ratio(ddp, m["median_s"]), "" if m["correct"] else "WRONG RESULT"])
+    if ddp is not None:
+        rows.append([f"torch DDP gloo {TARGET_MB} MB (DDP - no_sync)", "-", f"{ddp * 1e3:.1f}",
+                     f"{NUMEL * 4 / ddp / 1e9:.2f}", ratio(per_tensor, ddp), "1.00",
+                     f"{with_sync * 1e3:.1f} - {without * 1e3:.1f} ms"])
+    return rows, {"sync": reference, "per_tensor": per_tensor, "ddp": ddp}
+
+
+def ratio(theirs: float | None, ours: float | None) -> str:
+    return "-" if theirs is None or ours is None else f"{theirs / ours:.2f}"
+
+
+def verdict(label: str, theirs: float | None, ours: float | None, target: float) -> str:
+    if theirs is None or ours is None:
+        return f"  {label}: not measured"
+    value = theirs / ours
+    return f"  {label}: {value:.2f}x (target >= {target}x) {'PASS' if value >= target else 'FAIL'}"
+
+
+def run_parent(args) -> int:
+    budget = QUICK if args.quick else FULL
+    have_torch = importlib.util.find_spec("torch") is not None
+    print(f"gradient synchronisation, ResNet-50 gradients: {len(SHAPES)} float32 tensors, "
+          f"{NUMEL / 1e6:.1f}M values ({NUMEL * 4 / 1e6:.0f} MB); {os.cpu_count()} cores; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"memcpy, one thread (NumPy copy of 256 MiB, median of 5): "
+          f"{_timing.memcpy_bandwidth(256 << 20, 5):.2f} GB/s")
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="concord-bench-") as workdir:
+        for n in args.nprocs:
+            concord_results, failure = run_job("concord", n, budget, workdir)
+            ddp_results, ddp_failure = (run_job("ddp", n, budget, workdir) if have_torch
+                                        else ({}, "torch is not installed"))
+            rows, times = rows_for(concord_results, ddp_results)
+            print(f"\n{n} ranks: one synchronisation (mean, in place), median of the slowest rank")
+            print(_timing.format_table(
+                ["method", "buckets", "ms", "GB/s", "per-tensor/x", "DDP/x", "note"], rows))
+            for what, why in (("concord", failure), ("torch DDP", ddp_failure)):
+                if why:
+                    failed = True
+                    print(f"  note: {what}: {why}")
+            print(f"targets, {TARGET_MB} MB buckets on {n} ranks:")
+            print(verdict("vs per-tensor all_reduce", times["per_tensor"], times["sync"],
+                          TARGET_PER_TENSOR))
+            print(verdict("vs torch DDP over gloo", times["ddp"], times["sync"], TARGET_DDP))
+    print(f"\nGB/s: gradient bytes ({NUMEL * 4 / 1e6:.0f} MB) per second of synchronisation. "
+          f"Load average at the end {os.getloadavg()[0]:.2f}.")
+    return 1 if failed else 0
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nprocs", default="2,4", type=lambda s: [int(v) for v in s.split(",")],
+                        help="world sizes, comma-separated (default 2,4)")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--plan", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return run_worker(args.worker, args.plan, args.out)
+    return run_parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
