@@ -34,8 +34,12 @@ TEST_FRACTION = 0.2
 HIDDEN = 128
 LEARNING_RATE = 3e-3
 # float32 data-parallel training adds the ranks' gradients in another order
-# than one process does; AdamW keeps such differences at rounding level.
-TOLERANCE = 1e-4
+# than one process does. AdamW divides by sqrt(v): for weights whose
+# gradients stay near zero it turns that rounding noise into steps of up to
+# lr, so over hundreds of steps such weights may drift by a fraction of lr
+# (measured: 1e-6 on 3 and 4 ranks, 4.5e-4 on 2). A real error (a missing
+# rank, a wrong scale) moves weights by many lr.
+TOLERANCE = LEARNING_RATE / 2
 BAR_WIDTH = 30
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
 import queue
 import shutil
 import signal
@@ -124,21 +125,39 @@ class _Rank:
             pass
 
 
+_PIECE = re.compile(rb"[^\r\n]*[\r\n]")
+
+
+def _segments(pipe: BinaryIO):
+    """Yields a rank's output in pieces ending with a newline or a carriage
+    return, so a progress bar drawn with \\r stays live through the launcher."""
+    pending = b""
+    fd = pipe.fileno()
+    while chunk := os.read(fd, 65536):
+        pending += chunk
+        start = 0
+        for match in _PIECE.finditer(pending):
+            yield match.group()
+            start = match.end()
+        pending = pending[start:]
+    if pending:
+        yield pending + b"\n"
+
+
 def _pump(pipe: BinaryIO, stream: TextIO, prefix: bytes, tail: collections.deque,
           lock: threading.Lock) -> None:
-    """Copies one rank's stdout or stderr to ours, line by line, prefixed."""
+    """Copies one rank's stdout or stderr to ours, prefixed piece by piece."""
     out = getattr(stream, "buffer", None)
     with pipe:
-        for line in iter(pipe.readline, b""):
-            if not line.endswith(b"\n"):
-                line += b"\n"
+        for piece in _segments(pipe):
             with lock:
                 if out is not None:
-                    out.write(prefix + line)
+                    out.write(prefix + piece)
                 else:
-                    stream.write((prefix + line).decode(errors="replace"))
+                    stream.write((prefix + piece).decode(errors="replace"))
                 stream.flush()
-            tail.append(line.decode(errors="replace"))
+            if piece.endswith(b"\n"):
+                tail.append(piece.decode(errors="replace"))
 
 
 def _start_rank(rank: int, command: list[str], env: dict[str, str], exits: queue.Queue,
