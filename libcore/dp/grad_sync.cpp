@@ -173,7 +173,10 @@ GradientSynchronizer::GradientSynchronizer(Communicator& comm, std::vector<Tenso
 }
 
 GradientSynchronizer::~GradientSynchronizer() {
-  for (Bucket& b : buckets_) settle(b);
+  for (Bucket& b : buckets_) {
+    settle(b.work);
+    settle(b.direct_work);
+  }
 }
 
 void GradientSynchronizer::lay_out(const std::vector<std::vector<std::size_t>>& groups) {
@@ -188,9 +191,15 @@ void GradientSynchronizer::lay_out(const std::vector<std::vector<std::size_t>>& 
     b.pack_scale = floating && mean ? 1.0 / comm_.size() : 1.0;
     b.members = members;
     for (std::size_t index : members) {
-      slots_[index].bucket = buckets_.size() - 1;
-      slots_[index].offset = b.numel;
-      b.numel += static_cast<std::size_t>(slots_[index].like.numel);
+      Slot& slot = slots_[index];
+      slot.bucket = buckets_.size() - 1;
+      slot.direct = options_.compress == Compression::kNone && slot.like.nbytes() >= kDirectBytes;
+      if (slot.direct) {
+        b.direct.push_back(index);
+        continue;
+      }
+      slot.offset = b.numel;
+      b.numel += static_cast<std::size_t>(slot.like.numel);
     }
   }
 }
@@ -207,6 +216,7 @@ void GradientSynchronizer::check_plan_agrees() {
     fp.add(b.members.size());
     for (std::size_t index : b.members) {
       fp.add(index);
+      fp.add(slots_[index].direct);
       fp.add(static_cast<std::uint64_t>(slots_[index].like.dtype));
       fp.add(static_cast<std::uint64_t>(slots_[index].like.numel));
     }
@@ -242,7 +252,9 @@ std::span<const std::size_t> GradientSynchronizer::bucket_members(std::size_t bu
 
 bool GradientSynchronizer::bucket_done(std::size_t bucket) const {
   bucket_members(bucket);  // range check
-  return bucket < next_launch_ && buckets_[bucket].work->done();
+  const Bucket& b = buckets_[bucket];
+  return bucket < next_launch_ && (!b.work || b.work->done()) &&
+         (!b.direct_work || b.direct_work->done());
 }
 
 void GradientSynchronizer::check_index(const char* op, std::size_t index) const {
@@ -266,9 +278,13 @@ void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad)
                      dtype_name(like.dtype), " with ", like.numel, " elements on ",
                      device_kind_name(like.device.kind));
   Bucket& bucket = buckets_[slot.bucket];
-  settle(bucket);
-  cpu::pack({&grad, 1}, bucket.buffer.get() + slot.offset * dtype_size(bucket.wire), bucket.wire,
-            bucket.pack_scale);
+  if (slot.direct) {
+    settle(bucket.direct_work);  // a failed step's all-reduce may still write it
+  } else {
+    settle(bucket.work);
+    cpu::pack({&grad, 1}, bucket.buffer.get() + slot.offset * dtype_size(bucket.wire),
+              bucket.wire, bucket.pack_scale);
+  }
   marked_[index] = grad;
   is_marked_[index] = true;
   --bucket.unmarked;
@@ -281,8 +297,15 @@ void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad)
 void GradientSynchronizer::launch_full_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].unmarked == 0) {
     Bucket& b = buckets_[next_launch_];
-    const TensorView view = wire_view(b);
-    b.work = comm_.all_reduce(view, view, b.op, /*async=*/true);
+    b.work.reset();
+    b.direct_work.reset();
+    if (b.numel != 0) {
+      const TensorView view = wire_view(b);
+      b.work = comm_.all_reduce(view, view, b.op, /*async=*/true);
+    }
+    // Direct members were not pre-scaled: the backend's mean divides them.
+    if (!b.direct.empty())
+      b.direct_work = comm_.all_reduce_multi(marked_views(b.direct), options_.op, /*async=*/true);
     ++next_launch_;
   }
 }
@@ -303,25 +326,28 @@ void GradientSynchronizer::wait() {
     start_step();
     throw;
   }
-  for (const Bucket& b : buckets_) cpu::unpack(b.buffer.get(), b.wire, marked_members(b), 1.0);
+  for (const Bucket& b : buckets_)
+    if (b.numel != 0) cpu::unpack(b.buffer.get(), b.wire, marked_views(packed_members(b)), 1.0);
   start_step();
 }
 
 void GradientSynchronizer::finish(std::size_t bucket) {
-  Work& work = *buckets_[bucket].work;
   const double timeout_s = comm_.timeout_s();
-  if (!work.wait_for(std::chrono::duration<double>(timeout_s)))
-    fail(StatusCode::kTimeout, "GradientSynchronizer::wait: the all_reduce of bucket ", bucket,
-         " did not finish within ", timeout_s, " s");
-  if (const Status status = work.status(); !status.ok())
-    fail(status.code, "GradientSynchronizer::wait: bucket ", bucket, ": ", status.message);
+  for (const auto& work : {buckets_[bucket].work, buckets_[bucket].direct_work}) {
+    if (!work) continue;
+    if (!work->wait_for(std::chrono::duration<double>(timeout_s)))
+      fail(StatusCode::kTimeout, "GradientSynchronizer::wait: the all_reduce of bucket ", bucket,
+           " did not finish within ", timeout_s, " s");
+    if (const Status status = work->status(); !status.ok())
+      fail(status.code, "GradientSynchronizer::wait: bucket ", bucket, ": ", status.message);
+  }
 }
 
 // A bucket's buffer may still be in use by an all-reduce of a step whose
 // wait() failed. Every collective ends within its own timeout, so this wait
 // is bounded too.
-void GradientSynchronizer::settle(Bucket& bucket) {
-  if (bucket.work && !bucket.work->done()) bucket.work->wait_for(std::chrono::hours(24 * 365));
+void GradientSynchronizer::settle(const std::shared_ptr<Work>& work) {
+  if (work && !work->done()) work->wait_for(std::chrono::hours(24 * 365));
 }
 
 void GradientSynchronizer::start_step() {
@@ -336,11 +362,19 @@ TensorView GradientSynchronizer::wire_view(Bucket& bucket) {
                     bucket.device};
 }
 
-std::vector<TensorView> GradientSynchronizer::marked_members(const Bucket& bucket) const {
+std::vector<TensorView> GradientSynchronizer::marked_views(
+    const std::vector<std::size_t>& indices) const {
   std::vector<TensorView> views;
-  views.reserve(bucket.members.size());
-  for (std::size_t index : bucket.members) views.push_back(marked_[index]);
+  views.reserve(indices.size());
+  for (std::size_t index : indices) views.push_back(marked_[index]);
   return views;
+}
+
+std::vector<std::size_t> GradientSynchronizer::packed_members(const Bucket& bucket) const {
+  std::vector<std::size_t> packed;
+  for (std::size_t index : bucket.members)
+    if (!slots_[index].direct) packed.push_back(index);
+  return packed;
 }
 
 }  // namespace concord::dp

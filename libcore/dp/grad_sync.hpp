@@ -5,6 +5,13 @@
 // produces them; each packs its gradient into its bucket and a full bucket
 // starts its all-reduce at once, overlapping the rest of backward. wait()
 // then finishes every bucket and unpacks the results into the gradients.
+//
+// Without compression, gradients of kDirectBytes and more are not packed:
+// their bucket's launch all-reduces them where they are (the shm backend
+// already moves large buffers in pipelined chunks, so a copy into the bucket
+// and back would only add two passes over memory). Such a gradient is
+// written in place, so a collective that fails part-way may leave it
+// partially reduced; packed gradients are untouched by a failure.
 // One thread drives a step; the synchronizer is not thread-safe.
 #pragma once
 
@@ -21,6 +28,8 @@
 namespace concord::dp {
 
 enum class Compression { kNone, kBFloat16, kFloat16 };
+
+inline constexpr std::size_t kDirectBytes = 256u << 10;
 
 struct GradSyncOptions {
   double bucket_cap_mb = 25.0;   // capacity of every bucket after the first
@@ -59,7 +68,7 @@ class GradientSynchronizer {
   void mark_ready(std::size_t index, const TensorView& grad);
   // Finishes every bucket (each wait bounded by the communicator's timeout)
   // and only then unpacks into the gradients, so a failed collective leaves
-  // every gradient as it was. Ready for the next step afterwards, also after
+  // every packed gradient as it was. Ready for the next step afterwards, also after
   // such a failure. With gradients not yet marked it raises before anything
   // else and the step stays open: mark them and call wait() again.
   void wait();
@@ -69,6 +78,7 @@ class GradientSynchronizer {
     TensorView like;  // the planned gradient
     std::size_t bucket = 0;
     std::size_t offset = 0;  // in elements of the bucket's wire dtype
+    bool direct = false;     // reduced where it is, not packed (see kDirectBytes)
   };
   struct Bucket {
     DType wire = DType::kFloat32;
@@ -76,22 +86,25 @@ class GradientSynchronizer {
     ReduceOp op = ReduceOp::kSum;  // what the bucket all-reduces with
     double pack_scale = 1.0;       // applied while packing: 1 / world size for a floating mean
     std::vector<std::size_t> members;
-    std::size_t numel = 0;
+    std::vector<std::size_t> direct;           // members reduced in place
+    std::size_t numel = 0;                     // of the packed members
     std::unique_ptr<unsigned char[]> buffer;  // allocated once, reused every step
     std::size_t unmarked = 0;                  // members not yet marked in this step
-    std::shared_ptr<Work> work;                // of the latest launch
+    std::shared_ptr<Work> work;                // packed members, latest launch
+    std::shared_ptr<Work> direct_work;         // direct members, latest launch
   };
 
   // Buckets from their member lists, in launch order.
   void lay_out(const std::vector<std::vector<std::size_t>>& groups);
   void check_plan_agrees();
   void check_index(const char* op, std::size_t index) const;
-  void settle(Bucket& bucket);
+  void settle(const std::shared_ptr<Work>& work);
   void launch_full_buckets();
   void finish(std::size_t bucket);
   void start_step();
   TensorView wire_view(Bucket& bucket);
-  std::vector<TensorView> marked_members(const Bucket& bucket) const;
+  std::vector<TensorView> marked_views(const std::vector<std::size_t>& indices) const;
+  std::vector<std::size_t> packed_members(const Bucket& bucket) const;
 
   Communicator& comm_;
   GradSyncOptions options_;
