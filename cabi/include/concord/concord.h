@@ -240,7 +240,10 @@ CONCORD_API concord_status concord_grad_sync_num_buckets(concord_grad_sync_t syn
 CONCORD_API concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t index,
                                                        size_t* bucket);
 /* Packs gradient `index` into its bucket (scaling and compressing on the
- * way); once every gradient of the bucket is marked, the bucket's
+ * way; without compression, gradients of 256 KiB and more are not packed
+ * but all-reduced in place when the bucket starts, and a collective that
+ * fails part-way may leave them partially reduced); once every gradient of
+ * the bucket is marked, the bucket's
  * all-reduce starts asynchronously (buckets start in bucket order, so a
  * full bucket waits for the ones before it). Marking an index twice in one
  * step is an error. `grad` must stay valid until wait. */
@@ -248,7 +251,7 @@ CONCORD_API concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync
                                                         DLTensor* grad);
 /* Waits for every bucket (each within the communicator's timeout), then
  * unpacks the results into the gradients given to mark_ready; a failed
- * collective leaves every gradient untouched. Ready for the next step
+ * collective leaves every packed gradient untouched. Ready for the next step
  * afterwards. Gradients not yet marked: CONCORD_ERR_INVALID_ARGUMENT naming
  * them, and the step stays open. */
 CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync);
