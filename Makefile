@@ -31,6 +31,9 @@ demo: install
 
 bench: install
 	$(PYTHON) bench/allreduce_cpu.py
+	$(PYTHON) bench/grad_sync.py
+	$(PYTHON) bench/optim.py
+	$(PYTHON) bench/metrics_sync.py
 
 clean:
 	rm -rf $(BUILD)
