@@ -10,7 +10,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 import concord as cc
 from concord import metrics as M
@@ -436,6 +435,7 @@ def test_no_data_gives_nan_with_a_warning_and_auroc_one_half():
 
 
 def test_torch_inputs_and_exact_state_round_trip(tmp_path):
+    torch = pytest.importorskip("torch")
     cm = M.ConfusionMatrix(4)
     cm.update(torch.tensor([[0.1, 0.7, 0.1, 0.1], [0.9, 0.0, 0.05, 0.05]]), torch.tensor([1, 2]))
     wmean = M.WeightedMean()
