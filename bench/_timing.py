@@ -154,18 +154,22 @@ class JobOutcome:
 
 def run_job(command: Sequence[str], env: dict[str, str], timeout_s: float) -> JobOutcome:
     """Runs a launcher (concord-run, mpirun) and returns its exit status and
-    output. On timeout it gets SIGTERM first: launchers forward it to their
-    ranks, which run in process groups of their own."""
+    output. The launcher leads its own process group so it can be stopped
+    with everything it started: on timeout, or when we are interrupted (Ctrl-C
+    no longer reaches it). It gets SIGTERM first: launchers forward it to
+    their ranks."""
     start = time.monotonic()
     process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, errors="replace",
                                start_new_session=True)
     try:
         output, _ = process.communicate(timeout=timeout_s)
-        return JobOutcome(process.returncode, time.monotonic() - start, output)
     except subprocess.TimeoutExpired:
-        output = _stop_group(process)
-        return JobOutcome(None, time.monotonic() - start, output)
+        return JobOutcome(None, time.monotonic() - start, _stop_group(process))
+    except BaseException:
+        _stop_group(process)
+        raise
+    return JobOutcome(process.returncode, time.monotonic() - start, output)
 
 
 def _stop_group(process: subprocess.Popen, grace_s: float = 10.0) -> str:

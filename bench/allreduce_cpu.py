@@ -64,8 +64,8 @@ class Mode:
     job_timeout_s: float
 
 
-# On 2 cores the full range takes about 6 minutes (under 10 with other work
-# running), --quick about one.
+# On 2 cores the full range takes 3 to 6 minutes (more with other work
+# running), --quick under one.
 FULL = Mode(256 << 20, 4, Budget(seconds=0.6, min_iters=5, max_iters=2000), 10, 1500.0)
 QUICK = Mode(64 << 20, 16, Budget(seconds=0.08, min_iters=3, max_iters=300), 5, 300.0)
 
@@ -413,7 +413,7 @@ def print_tables(args, libs: list[str], runs: dict, missing: dict[str, str]) -> 
                 print(f"  note: {note}")
 
 
-def print_header(args, mode: Mode, libs: list[str]) -> None:
+def print_header(mode: Mode, libs: list[str]) -> None:
     print(f"CPU collectives: {', '.join(LABELS[lib] for lib in libs)}; "
           f"{os.cpu_count()} cores, Python {platform.python_version()}, NumPy {np.__version__}")
     for lib in libs:
@@ -529,7 +529,7 @@ def run_parent(args) -> int:
     missing = {lib: why for lib in args.libs if (why := unavailable(lib))}
     libs = [lib for lib in args.libs if lib not in missing]
     plan = {"ops": args.ops, "sizes": sizes, "budget": asdict(mode.budget)}
-    print_header(args, mode, libs)
+    print_header(mode, libs)
     print(f"\nmemcpy, one thread (numpy copy of {_timing.format_bytes(MEMCPY_BYTES)} into a preallocated "
           f"array, median of {mode.memcpy_reps}): "
           f"{_timing.memcpy_bandwidth(MEMCPY_BYTES, mode.memcpy_reps):.2f} GB/s", flush=True)
@@ -574,7 +574,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker:
         return run_worker(args.worker, args.plan, args.out)
-    return run_parent(args)
+    try:
+        return run_parent(args)
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
