@@ -171,6 +171,43 @@ TEST_CASE("fused AdamW matches torch.optim.AdamW over several steps", "[optim]")
     }
 }
 
+TEST_CASE("large steps split over threads match the references", "[optim]") {
+  // Over 2M elements the kernels spread ranges over threads, cutting
+  // tensors mid-way; sizes here put the cuts inside tensors.
+  const std::vector<std::int64_t> sizes = {1500001, 7, 1300003};
+  std::mt19937_64 rng(11);
+  auto params = make_list(DType::kFloat32, sizes), grads = make_list(DType::kFloat32, sizes),
+       m = make_list(DType::kFloat32, sizes), v = make_list(DType::kFloat32, sizes),
+       sgd_params = make_list(DType::kFloat32, sizes), bufs = make_list(DType::kFloat32, sizes);
+  std::vector<std::vector<double>> ref_p, ref_m, ref_v, ref_sgd, ref_buf;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    params[k].fill(rng, -2, 2);
+    sgd_params[k].fill(rng, -2, 2);
+    ref_p.push_back(params[k].values());
+    ref_sgd.push_back(sgd_params[k].values());
+    ref_m.emplace_back(params[k].size(), 0.0);
+    ref_v.emplace_back(params[k].size(), 0.0);
+    ref_buf.emplace_back(params[k].size(), 0.0);
+  }
+  const RefAdamW adamw{1e-2, 0.9, 0.999, 1e-8, 0.01};
+  const RefSgd sgd{0.05, 0.9, 1e-3, true};
+  for (int t = 1; t <= 2; ++t) {
+    for (std::size_t k = 0; k < grads.size(); ++k) {
+      grads[k].fill(rng, -1, 1);
+      adamw.step(t, ref_p[k], grads[k].values(), ref_m[k], ref_v[k]);
+      sgd.step(t, ref_sgd[k], grads[k].values(), ref_buf[k]);
+    }
+    cpu::adamw_step({1e-2, 0.9, 0.999, 1e-8, 0.01, t}, views_of(params), views_of(grads),
+                    views_of(m), views_of(v));
+    cpu::sgd_step({0.05, 0.9, 1e-3, true, t}, views_of(sgd_params), views_of(grads), views_of(bufs));
+  }
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    CHECK(compare(params[k].values(), ref_p[k], 1e-6, "adamw param") == "");
+    CHECK(compare(v[k].values(), ref_v[k], 1e-6, "exp_avg_sq") == "");
+    CHECK(compare(sgd_params[k].values(), ref_sgd[k], 1e-6, "sgd param") == "");
+  }
+}
+
 TEST_CASE("optimizers mix float32 and float64 tensors in one call", "[optim]") {
   HostTensor p32(DType::kFloat32, {5}), g32(DType::kFloat32, {5}), p64(DType::kFloat64, {3}),
       g64(DType::kFloat64, {3});

@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <initializer_list>
 #include <iterator>
+#include <vector>
 
 #include "base/format.hpp"
 #include "kernels/cpu/clones.hpp"
+#include "kernels/cpu/parallel.hpp"
 #include "kernels/optim.hpp"
 
 #if defined(__SSE2__)
@@ -191,7 +193,17 @@ CONCORD_CPU_CLONES void adamw_tensor(const AdamWOptions& o, DType dtype, void* p
     adamw_typed<double>(o, p, g, m, v, n);
 }
 
-std::size_t count(const TensorView& t) { return static_cast<std::size_t>(t.numel); }
+std::vector<std::size_t> sizes_of(std::span<const TensorView> tensors) {
+  std::vector<std::size_t> sizes;
+  sizes.reserve(tensors.size());
+  for (const TensorView& t : tensors) sizes.push_back(static_cast<std::size_t>(t.numel));
+  return sizes;
+}
+
+// Element `begin` of t: threads update disjoint ranges of one tensor.
+void* at(const TensorView& t, std::size_t begin, std::size_t elem) {
+  return static_cast<char*>(t.data) + begin * elem;
+}
 
 }  // namespace
 
@@ -204,10 +216,11 @@ void sgd_step(const SgdOptions& options, std::span<const TensorView> params,
                                {"momentum_buffers", momentum_buffers}});
   else
     check_tensors("sgd_step", {{"params", params}, {"grads", grads}});
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (params[i].numel != 0)
-      sgd_tensor(options, params[i].dtype, params[i].data, grads[i].data,
-                 momentum ? momentum_buffers[i].data : nullptr, count(params[i]));
+  for_each_range(sizes_of(params), [&](std::size_t i, std::size_t begin, std::size_t end) {
+    const std::size_t elem = dtype_size(params[i].dtype);
+    sgd_tensor(options, params[i].dtype, at(params[i], begin, elem), at(grads[i], begin, elem),
+               momentum ? at(momentum_buffers[i], begin, elem) : nullptr, end - begin);
+  });
 }
 
 void adamw_step(const AdamWOptions& options, std::span<const TensorView> params,
@@ -216,10 +229,11 @@ void adamw_step(const AdamWOptions& options, std::span<const TensorView> params,
   check_options(options);
   check_tensors("adamw_step", {{"params", params}, {"grads", grads}, {"exp_avg", exp_avg},
                                {"exp_avg_sq", exp_avg_sq}});
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (params[i].numel != 0)
-      adamw_tensor(options, params[i].dtype, params[i].data, grads[i].data, exp_avg[i].data,
-                   exp_avg_sq[i].data, count(params[i]));
+  for_each_range(sizes_of(params), [&](std::size_t i, std::size_t begin, std::size_t end) {
+    const std::size_t elem = dtype_size(params[i].dtype);
+    adamw_tensor(options, params[i].dtype, at(params[i], begin, elem), at(grads[i], begin, elem),
+                 at(exp_avg[i], begin, elem), at(exp_avg_sq[i], begin, elem), end - begin);
+  });
 }
 
 }  // namespace concord::cpu
