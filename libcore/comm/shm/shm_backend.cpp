@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "base/env.hpp"
 #include "base/format.hpp"
@@ -27,8 +28,15 @@ using Clock = std::chrono::steady_clock;
 
 // Waiting: a short spin catches peers running on other cores; yielding lets
 // peers that share our core run (4 ranks on 2 cores); then sleep on a futex.
+// With more ranks than cores a peer we wait for is usually not running, so
+// spinning only delays it: yield at once.
 constexpr int kSpinIterations = 256;
 constexpr int kYieldIterations = 64;
+
+int spin_iterations(int nranks) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores != 0 && static_cast<unsigned>(nranks) > cores ? 0 : kSpinIterations;
+}
 constexpr long kSleepSliceMicros = 2000;
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 constexpr std::uint32_t kAbortClaimed = 0xFFFFFFFFu;
@@ -121,7 +129,7 @@ ShmConfig ShmConfig::from_env(int nranks, double timeout_s) {
 
 ShmBackend::ShmBackend(StoreClient& store, const std::string& name, int rank, int nranks,
                        ShmConfig config)
-    : config_(config), rank_(rank), nranks_(nranks) {
+    : config_(config), rank_(rank), nranks_(nranks), spin_iterations_(spin_iterations(nranks)) {
   const Layout layout = Layout::of(nranks, config.slot_bytes);
   const auto timeout = std::chrono::duration<double>(config.timeout_s);
   const std::string segment_key = name + "/shm/segment";
@@ -222,7 +230,7 @@ void ShmBackend::wait_for_rank(int peer, std::uint32_t target, OpLabel label) {
     return static_cast<std::int32_t>(word.load(std::memory_order_acquire) - target) >= 0;
   };
   if (reached()) return;
-  for (int i = 0; i < kSpinIterations; ++i) {
+  for (int i = 0; i < spin_iterations_; ++i) {
     cpu_relax();
     if (reached()) return;
   }

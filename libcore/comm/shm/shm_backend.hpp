@@ -78,6 +78,7 @@ class ShmBackend final : public Backend {
   ShmConfig config_;
   int rank_;
   int nranks_;
+  int spin_iterations_;  // before yielding: none when ranks outnumber cores
   Segment segment_;
   Header* header_ = nullptr;
   RankControl* controls_ = nullptr;
