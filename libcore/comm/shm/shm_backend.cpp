@@ -240,13 +240,17 @@ void ShmBackend::wait_for_rank(int peer, std::uint32_t target, OpLabel label) {
   }
   auto next_liveness_check = Clock::now();
   for (;;) {
+    // Reached first: a peer may publish its last step and then exit, which
+    // is no failure.
+    if (reached()) return;
     check_aborted(label);
     const auto now = Clock::now();
     if (now >= deadline_)
       fail_waiting(label, target, StatusCode::kTimeout,
                    concat("timed out after ", config_.timeout_s, " s"));
     if (now >= next_liveness_check) {
-      if (!peer_alive(peer))
+      // Its step may have landed just before it exited.
+      if (!peer_alive(peer) && !reached())
         fail_waiting(label, target, StatusCode::kRemote,
                      concat("rank ", peer, " (pid ", controls_[peer].pid, ") died"));
       next_liveness_check = now + kLivenessPeriod;
