@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "status_helpers.hpp"
 #include "base/format.hpp"
 #include "base/status.hpp"
 #include "comm/communicator.hpp"
@@ -26,6 +27,8 @@
 #include "spawn_ranks.hpp"
 
 using namespace concord;
+using concord::testing::contains;
+using concord::testing::status_of;
 using concord::dp::Compression;
 using concord::dp::GradientSynchronizer;
 using concord::dp::GradSyncOptions;
@@ -48,20 +51,6 @@ double unit(DType dtype) {
     case DType::kFloat32: return 0x1p-24;
     default: return 0x1p-53;
   }
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <typename F>
-Status status_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.status();
-  }
-  return Status::Ok();
 }
 
 std::string first_failure(const std::vector<std::string>& failures) {

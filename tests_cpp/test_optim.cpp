@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "status_helpers.hpp"
 #include "base/status.hpp"
 #include "base/tensor_view.hpp"
 #include "concord/concord.h"
@@ -21,6 +22,8 @@
 #include "host_tensor.hpp"
 
 using namespace concord;
+using concord::testing::contains;
+using concord::testing::status_of;
 
 namespace {
 
@@ -79,20 +82,6 @@ struct RefAdamW {
 };
 
 double tolerance(DType dtype) { return dtype == DType::kFloat32 ? 1e-6 : 1e-12; }
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <typename F>
-Status status_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.status();
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 

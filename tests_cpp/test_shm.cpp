@@ -11,12 +11,14 @@
 #include <thread>
 #include <vector>
 
+#include "status_helpers.hpp"
 #include "base/format.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/half.hpp"
 #include "spawn_ranks.hpp"
 
 using namespace concord;
+using concord::testing::contains;
 using concord::testing::spawn_ranks;
 
 namespace {
@@ -302,10 +304,6 @@ std::vector<Status> statuses_of(int nranks, double timeout_s,
     }
   }, timeout_s);
   return statuses;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

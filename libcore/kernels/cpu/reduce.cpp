@@ -6,19 +6,8 @@
 #include <type_traits>
 
 #include "base/format.hpp"
+#include "kernels/cpu/clones.hpp"
 #include "kernels/half.hpp"
-
-// The executors are compiled twice, for baseline x86-64 and for AVX2, and
-// the loader picks one for the CPU at hand: AVX2 roughly doubles float16 and
-// bfloat16 throughput, whose conversions are compute bound.
-#if defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define CONCORD_CPU_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef CONCORD_CPU_CLONES
-#define CONCORD_CPU_CLONES
-#endif
 
 namespace concord::cpu {
 namespace {
