@@ -15,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "status_helpers.hpp"
 #include "base/format.hpp"
 #include "base/status.hpp"
 #include "comm/communicator.hpp"
@@ -25,6 +24,7 @@
 
 #include "host_tensor.hpp"
 #include "spawn_ranks.hpp"
+#include "status_helpers.hpp"
 
 using namespace concord;
 using concord::testing::contains;

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "status_helpers.hpp"
 #include "base/status.hpp"
 #include "base/tensor_view.hpp"
 #include "concord/concord.h"
@@ -20,6 +19,7 @@
 #include "kernels/cpu/optim.hpp"
 
 #include "host_tensor.hpp"
+#include "status_helpers.hpp"
 
 using namespace concord;
 using concord::testing::contains;

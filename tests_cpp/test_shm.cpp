@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "status_helpers.hpp"
 #include "base/format.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/half.hpp"
 #include "spawn_ranks.hpp"
+#include "status_helpers.hpp"
 
 using namespace concord;
 using concord::testing::contains;
