@@ -12,9 +12,6 @@
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/optim.hpp"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 namespace concord::cpu {
 namespace {
@@ -142,47 +139,18 @@ CONCORD_CPU_CLONES void sgd_tensor(const SgdOptions& o, DType dtype, void* p, co
 
 // ---- AdamW --------------------------------------------------------------------------
 
-// Elements per block: the block's square roots stay in L1 between the passes.
-constexpr std::size_t kBlock = 1024;
-
-// sqrt() may set errno, so without -fno-math-errno compilers keep a scalar
-// libm call in any loop over it. The SSE2 square roots (baseline on x86-64)
-// are the same correctly rounded operation without errno.
-[[gnu::always_inline]] inline void square_roots(const float* x, float* out, std::size_t n) {
-  std::size_t i = 0;
-#if defined(__SSE2__)
-  for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-#endif
-  for (; i < n; ++i) out[i] = std::sqrt(x[i]);
-}
-
-[[gnu::always_inline]] inline void square_roots(const double* x, double* out, std::size_t n) {
-  std::size_t i = 0;
-#if defined(__SSE2__)
-  for (; i + 2 <= n; i += 2) _mm_storeu_pd(out + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
-#endif
-  for (; i < n; ++i) out[i] = std::sqrt(x[i]);
-}
-
-// Three passes over each block: moments, square roots, parameter update.
+// One pass: libcore is built with -fno-math-errno, so the compiler
+// vectorises the square root along with the rest.
 template <typename T>
 [[gnu::always_inline]] inline void adamw_typed(const AdamWOptions& o, void* p, const void* g,
                                                void* m, void* v, std::size_t n) {
   const auto update =
       functors::AdamW<T>::make(o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step);
-  auto* param = static_cast<T*>(p);
-  const auto* grad = static_cast<const T*>(g);
-  auto* avg = static_cast<T*>(m);
-  auto* avg_sq = static_cast<T*>(v);
-  T root[kBlock];
-  for (std::size_t offset = 0; offset < n; offset += kBlock) {
-    const std::size_t len = std::min(kBlock, n - offset);
-    for (std::size_t i = 0; i < len; ++i)
-      update.moments(grad[offset + i], avg[offset + i], avg_sq[offset + i]);
-    square_roots(avg_sq + offset, root, len);
-    for (std::size_t i = 0; i < len; ++i)
-      update.apply(param[offset + i], avg[offset + i], root[i]);
-  }
+  auto* __restrict param = static_cast<T*>(p);
+  const auto* __restrict grad = static_cast<const T*>(g);
+  auto* __restrict avg = static_cast<T*>(m);
+  auto* __restrict avg_sq = static_cast<T*>(v);
+  for (std::size_t i = 0; i < n; ++i) update(param[i], grad[i], avg[i], avg_sq[i]);
 }
 
 CONCORD_CPU_CLONES void adamw_tensor(const AdamWOptions& o, DType dtype, void* p, const void* g,
