@@ -2,6 +2,7 @@
 // guard every exported function wraps its body in.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -50,7 +51,18 @@ inline TensorView view(const DLTensor* tensor, const char* role) {
   return TensorView::from_dlpack(tensor, role);
 }
 
-ReduceOp to_reduce_op(concord_reduce_op op);
+// C lets any int through an enum; these take the raw value, since loading
+// an out-of-range value as a C++ enum is undefined.
+ReduceOp to_reduce_op(int op);
+
+// The integer a C caller stored in an enum field of an options struct.
+template <typename E>
+int enum_value(const E& field) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  int value;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
 
 }  // namespace concord::cabi
 

@@ -28,7 +28,7 @@ concord_status record(StatusCode code, const char* message) noexcept {
   return static_cast<concord_status>(code);
 }
 
-ReduceOp to_reduce_op(concord_reduce_op op) {
+ReduceOp to_reduce_op(int op) {
   switch (op) {
     case CONCORD_SUM: return ReduceOp::kSum;
     case CONCORD_PROD: return ReduceOp::kProd;
@@ -36,7 +36,7 @@ ReduceOp to_reduce_op(concord_reduce_op op) {
     case CONCORD_MIN: return ReduceOp::kMin;
     case CONCORD_MEAN: return ReduceOp::kMean;
   }
-  invalid_argument("unknown reduction op ", static_cast<int>(op),
+  invalid_argument("unknown reduction op ", op,
                    "; valid: CONCORD_SUM, CONCORD_PROD, CONCORD_MAX, CONCORD_MIN, CONCORD_MEAN");
 }
 
@@ -351,7 +351,7 @@ concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLT
                                   concord_reduce_op op, void* /*stream*/, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
-  store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(op),
+  store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
                                 work != nullptr),
              c.timeout_s());
   CONCORD_API_END
@@ -371,7 +371,7 @@ concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
                                       concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
-  store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(op),
+  store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
                                     work != nullptr),
              c.timeout_s());
   CONCORD_API_END
@@ -405,7 +405,7 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
   views.reserve(num_tensors);
   for (size_t i = 0; i < num_tensors; ++i)
     views.push_back(view(tensors[i], concord::concat("tensors[", i, "]").c_str()));
-  store_work(work, c.all_reduce_multi(std::move(views), to_reduce_op(op), work != nullptr),
+  store_work(work, c.all_reduce_multi(std::move(views), to_reduce_op(static_cast<int>(op)), work != nullptr),
              c.timeout_s());
   CONCORD_API_END
 }

@@ -27,6 +27,7 @@ namespace {
 using concord::TensorView;
 using concord::concat;
 using concord::invalid_argument;
+using concord::cabi::enum_value;
 using concord::cabi::require;
 using concord::cabi::require_out;
 using concord::cabi::to_reduce_op;
@@ -73,13 +74,13 @@ void check_same_shapes(const DLTensor* const* a, const char* a_name, const DLTen
                        b_name, "[", i, "] has shape ", shape_text(shape_of(*b[i])));
 }
 
-concord::dp::Compression to_compression(concord_compress c) {
+concord::dp::Compression to_compression(int c) {
   switch (c) {
     case CONCORD_COMPRESS_NONE: return concord::dp::Compression::kNone;
     case CONCORD_COMPRESS_BF16: return concord::dp::Compression::kBFloat16;
     case CONCORD_COMPRESS_FP16: return concord::dp::Compression::kFloat16;
   }
-  invalid_argument("unknown compression ", static_cast<int>(c),
+  invalid_argument("unknown compression ", c,
                    "; valid: CONCORD_COMPRESS_NONE, CONCORD_COMPRESS_BF16, CONCORD_COMPRESS_FP16");
 }
 
@@ -87,7 +88,8 @@ concord::dp::GradSyncOptions to_grad_sync_options(const concord_grad_sync_option
   concord_grad_sync_options o = CONCORD_GRAD_SYNC_OPTIONS_INIT;
   if (given != nullptr)
     o = require_options(given, "concord_grad_sync_options", "CONCORD_GRAD_SYNC_OPTIONS_INIT");
-  return {o.bucket_cap_mb, o.first_bucket_mb, to_reduce_op(o.op), to_compression(o.compress)};
+  return {o.bucket_cap_mb, o.first_bucket_mb, to_reduce_op(enum_value(o.op)),
+          to_compression(enum_value(o.compress))};
 }
 
 std::vector<std::size_t> to_ready_order(const std::int64_t* order, std::size_t n) {
