@@ -39,6 +39,28 @@ bool dtype_is_floating(DType dtype) noexcept {
          dtype == DType::kFloat32 || dtype == DType::kFloat64;
 }
 
+namespace {
+
+// "complex64", "float8", "int16x4": the user's name for a DLPack type.
+std::string dlpack_type_name(DLDataType dl) {
+  const char* kind = "type";
+  switch (dl.code) {
+    case kDLInt: kind = "int"; break;
+    case kDLUInt: kind = "uint"; break;
+    case kDLFloat: kind = "float"; break;
+    case kDLBfloat: kind = "bfloat"; break;
+    case kDLComplex: kind = "complex"; break;
+    case kDLBool: kind = "bool"; break;
+    case kDLOpaqueHandle: kind = "opaque"; break;
+    default: break;
+  }
+  std::string name = concat(kind, int(dl.bits));
+  if (dl.lanes != 1) name += concat("x", dl.lanes);
+  return name;
+}
+
+}  // namespace
+
 DType dtype_from_dlpack(DLDataType dl) {
   if (dl.lanes == 1) {
     switch (dl.code) {
@@ -65,8 +87,8 @@ DType dtype_from_dlpack(DLDataType dl) {
         break;
     }
   }
-  invalid_argument("unsupported dtype (DLPack code ", int(dl.code), ", bits ", int(dl.bits),
-                   ", lanes ", dl.lanes,
+  invalid_argument("unsupported dtype ", dlpack_type_name(dl), " (DLPack code ", int(dl.code),
+                   ", bits ", int(dl.bits), ", lanes ", dl.lanes,
                    "); supported: float16, bfloat16, float32, float64, int8, int32, int64, "
                    "uint8, bool");
 }
