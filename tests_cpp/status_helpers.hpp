@@ -2,6 +2,8 @@
 // its message.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <string>
 
 #include "base/status.hpp"
@@ -21,6 +23,16 @@ Status status_of(F f) {
     return e.status();
   }
   return Status::Ok();
+}
+
+// The message of the InvalidArgument that `fn` throws; fails the test when
+// it throws nothing or another kind of error.
+template <typename Fn>
+std::string invalid_argument_message(Fn&& fn) {
+  const Status status = status_of(fn);
+  if (status.ok()) FAIL("no concord::Error was thrown");
+  CHECK(status.code == StatusCode::kInvalidArgument);
+  return status.message;
 }
 
 }  // namespace concord::testing

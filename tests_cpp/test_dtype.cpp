@@ -9,27 +9,16 @@
 #include "base/dtype.hpp"
 #include "base/status.hpp"
 #include "base/tensor_view.hpp"
+#include "status_helpers.hpp"
 
 using concord::DType;
 using concord::Error;
 using concord::StatusCode;
 using concord::TensorView;
+using concord::testing::invalid_argument_message;
 using Catch::Matchers::Contains;
 
 namespace {
-
-// The message of the InvalidArgument that `fn` throws.
-template <typename Fn>
-std::string invalid_argument_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    CHECK(e.code() == StatusCode::kInvalidArgument);
-    return e.what();
-  }
-  FAIL("no concord::Error was thrown");
-  return {};
-}
 
 struct DTypeCase {
   DType dtype;

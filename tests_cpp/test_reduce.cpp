@@ -18,12 +18,14 @@
 #include "kernels/cpu/reduce.hpp"
 #include "kernels/half.hpp"
 #include "kernels/reduce_op.hpp"
+#include "status_helpers.hpp"
 
 using concord::DType;
 using concord::Error;
 using concord::ReduceOp;
 using concord::StatusCode;
 using concord::cpu::reduce_sources;
+using concord::testing::invalid_argument_message;
 
 namespace {
 
@@ -307,18 +309,6 @@ std::vector<ReduceOp> ops_for() {
 // The executors work in blocks of 2048 elements; 6149 ends mid-block.
 constexpr std::size_t kCounts[] = {0, 1, 7, 2048, 6149};
 constexpr std::size_t kLargeCount = 1000003;
-
-template <typename Fn>
-std::string invalid_argument_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    CHECK(e.code() == StatusCode::kInvalidArgument);
-    return e.what();
-  }
-  FAIL("no concord::Error was thrown");
-  return {};
-}
 
 }  // namespace
 
