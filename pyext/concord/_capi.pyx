@@ -916,11 +916,7 @@ cdef class GradSync:
         self.comm = None
 
     def __dealloc__(self):
-        cdef concord_grad_sync_t handle = self.handle
-        self.handle = NULL
-        if handle != NULL and _owned_here(self.pid):
-            with nogil:
-                concord_grad_sync_destroy(handle)
+        self.close()
 
 
 def sgd_step(params, grads, momentum_buffers, double lr, double momentum=0.0,
