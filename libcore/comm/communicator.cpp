@@ -237,10 +237,11 @@ std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> ten
     // Small tensors are packed so they cost one synchronisation together;
     // large ones are reduced where they are, since packing would only add
     // two copies to a transfer that is already pipelined.
-    constexpr std::size_t kPackBelowBytes = 256u << 10;
-    auto packed_here = [](const TensorView& t) { return t.numel != 0 && t.nbytes() < kPackBelowBytes; };
+    auto packed_here = [](const TensorView& t) {
+      return t.numel != 0 && t.nbytes() < kMultiPackBelowBytes;
+    };
     for (const TensorView& t : tensors)
-      if (t.nbytes() >= kPackBelowBytes)
+      if (t.nbytes() >= kMultiPackBelowBytes)
         b.all_reduce(label, t.data, t.data, static_cast<std::size_t>(t.numel), t.dtype, op);
     for (DType dtype : dtypes) {
       std::size_t bytes = 0;

@@ -25,6 +25,10 @@ namespace concord {
 class StoreClient;
 class ProgressThread;
 
+// all_reduce_multi packs tensors smaller than this; larger ones are reduced
+// where they are.
+inline constexpr std::size_t kMultiPackBelowBytes = 256u << 10;
+
 // A store client shared by a communicator and the ones split from it; the
 // client serves one call at a time.
 struct SharedStore {

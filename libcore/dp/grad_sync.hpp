@@ -29,7 +29,9 @@ namespace concord::dp {
 
 enum class Compression { kNone, kBFloat16, kFloat16 };
 
-inline constexpr std::size_t kDirectBytes = 256u << 10;
+// Gradients this large are handed to all_reduce_multi whole, which reduces
+// them in place rather than packing them again.
+inline constexpr std::size_t kDirectBytes = kMultiPackBelowBytes;
 
 struct GradSyncOptions {
   double bucket_cap_mb = 25.0;   // capacity of every bucket after the first
