@@ -51,6 +51,10 @@ inline TensorView view(const DLTensor* tensor, const char* role) {
   return TensorView::from_dlpack(tensor, role);
 }
 
+// The calling thread's stream for kernel calls on CUDA tensors, as set by
+// concord_set_stream (nullptr: the legacy default stream).
+void* current_stream() noexcept;
+
 // C lets any int through an enum; these take the raw value, since loading
 // an out-of-range value as a C++ enum is undefined.
 ReduceOp to_reduce_op(int op);

@@ -11,6 +11,7 @@
 #include "base/format.hpp"
 #include "base/tensor_view.hpp"
 #include "comm/communicator.hpp"
+#include "plugin/cuda_plugin.hpp"
 #include "rendezvous/bootstrap.hpp"
 #include "rendezvous/store.hpp"
 
@@ -77,6 +78,63 @@ void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work, double
   if (out != nullptr) *out = new concord_work{std::move(work), timeout_s};
 }
 
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string version_text(int code, int major_divisor) {
+  // CUDA: 13000 -> "13.0"; NCCL: 22809 -> "2.28.9".
+  if (major_divisor == 1000)
+    return concord::concat(code / 1000, ".", (code % 1000) / 10);
+  return concord::concat(code / 10000, ".", (code % 10000) / 100, ".", code % 100);
+}
+
+std::string build_info_json() {
+  namespace plugin = concord::plugin;
+  const bool built = plugin::built();
+  const plugin::Availability found = plugin::availability();
+  const plugin::Probe& probe = found.probe;
+  const bool cuda_ok = found.plugin_loaded && probe.device_count > 0;
+  const bool nccl_ok = found.plugin_loaded && probe.nccl_version > 0;
+  const std::string cuda_problem =
+      !found.plugin_loaded ? found.plugin_problem : std::string(probe.cuda_problem);
+  const std::string nccl_problem =
+      !found.plugin_loaded ? found.plugin_problem : std::string(probe.nccl_problem);
+  auto text_or_null = [](bool present, const std::string& text) {
+    return present ? json_string(text) : std::string("null");
+  };
+  return concord::concat(
+      "{\"version\": \"", CONCORD_VERSION_STRING, "\", ",
+      "\"backends\": {\"shm\": true, \"gloo\": false, \"nccl\": ", built ? "true" : "false", "}, ",
+      "\"cuda\": {\"built\": ", built ? "true" : "false",
+      ", \"available\": ", cuda_ok ? "true" : "false",
+      ", \"devices\": ", found.plugin_loaded ? probe.device_count : 0,
+      ", \"runtime_version\": ",
+      text_or_null(found.plugin_loaded, version_text(probe.cuda_runtime_version, 1000)),
+      ", \"driver_version\": ",
+      text_or_null(found.plugin_loaded && probe.driver_version > 0,
+                   version_text(probe.driver_version, 1000)),
+      ", \"problem\": ", text_or_null(!cuda_ok, cuda_problem), "}, ",
+      "\"nccl\": {\"built\": ", built ? "true" : "false",
+      ", \"available\": ", nccl_ok ? "true" : "false",
+      ", \"version\": ", text_or_null(nccl_ok, version_text(probe.nccl_version, 10000)),
+      ", \"library\": ", text_or_null(nccl_ok, probe.nccl_path),
+      ", \"problem\": ", text_or_null(!nccl_ok, nccl_problem), "}}");
+}
+
 }  // namespace
 
 extern "C" {
@@ -88,10 +146,10 @@ const char* concord_version(void) { return CONCORD_VERSION_STRING; }
 int concord_version_code(void) { return CONCORD_VERSION_CODE; }
 
 const char* concord_build_info(void) {
-  return "{\"version\": \"" CONCORD_VERSION_STRING "\", "
-         "\"backends\": {\"shm\": true, \"gloo\": false, \"nccl\": false}, "
-         "\"cuda\": {\"built\": false, \"available\": false}, "
-         "\"nccl\": {\"built\": false, \"available\": false, \"version\": null}}";
+  // Computed once: it loads the CUDA plugin (which asks the driver for its
+  // devices) and looks for NCCL.
+  static const std::string info = build_info_json();
+  return info.c_str();
 }
 
 const char* concord_status_string(concord_status status) {
@@ -238,8 +296,8 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
     opts = *options;
   }
   const std::string backend = opts.backend ? opts.backend : "auto";
-  if (backend != "auto" && backend != "shm")
-    concord::invalid_argument("unknown backend '", backend, "'; choose 'auto' or 'shm'");
+  if (backend != "auto" && backend != "shm" && backend != "nccl")
+    concord::invalid_argument("unknown backend '", backend, "'; choose 'auto', 'shm' or 'nccl'");
 
   concord::BootstrapArgs args;
   if (opts.rank >= 0) args.rank = opts.rank;
@@ -348,43 +406,43 @@ concord_status concord_comm_destroy(concord_comm_t comm) {
 // ---- collectives ---------------------------------------------------------------
 
 concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                  concord_reduce_op op, void* /*stream*/, concord_work_t* work) {
+                                  concord_reduce_op op, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
   store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
-                                work != nullptr),
+                                work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END
 }
 
 concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                  void* /*stream*/, concord_work_t* work) {
+                                  void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
-  store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr),
+  store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END
 }
 
 concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                      concord_reduce_op op, void* /*stream*/,
+                                      concord_reduce_op op, void* stream,
                                       concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
   store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
-                                    work != nullptr),
+                                    work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END
 }
 
 concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                 int root, void* /*stream*/, concord_work_t* work) {
+                                 int root, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
   const concord::TensorView out = view(recv, "recv");
   // send is read on the root only; elsewhere it may be NULL.
   const concord::TensorView in = send != nullptr || c.rank() == root ? view(send, "send") : out;
-  store_work(work, c.broadcast(in, out, root, work != nullptr), c.timeout_s());
+  store_work(work, c.broadcast(in, out, root, work != nullptr, stream), c.timeout_s());
   CONCORD_API_END
 }
 
@@ -396,7 +454,7 @@ concord_status concord_barrier(concord_comm_t comm, concord_work_t* work) {
 }
 
 concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
-                                        size_t num_tensors, concord_reduce_op op, void* /*stream*/,
+                                        size_t num_tensors, concord_reduce_op op, void* stream,
                                         concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
@@ -405,7 +463,7 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
   views.reserve(num_tensors);
   for (size_t i = 0; i < num_tensors; ++i)
     views.push_back(view(tensors[i], concord::concat("tensors[", i, "]").c_str()));
-  store_work(work, c.all_reduce_multi(std::move(views), to_reduce_op(static_cast<int>(op)), work != nullptr),
+  store_work(work, c.all_reduce_multi(std::move(views), to_reduce_op(static_cast<int>(op)), work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END
 }

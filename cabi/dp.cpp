@@ -1,6 +1,7 @@
 // The C ABI of data parallelism: gradient buckets, fused optimizers and the
 // multi-tensor helpers of gradient clipping. Every argument is checked
-// before any tensor is read or written.
+// before any tensor is read or written. Kernel calls on CUDA tensors are
+// enqueued on the calling thread's stream (concord_set_stream).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -11,8 +12,8 @@
 #include "base/format.hpp"
 #include "base/tensor_view.hpp"
 #include "dp/grad_sync.hpp"
-#include "kernels/cpu/multi_tensor.hpp"
-#include "kernels/cpu/optim.hpp"
+#include "kernels/multi_tensor.hpp"
+#include "kernels/optim_step.hpp"
 
 // The communicator is borrowed, not owned: concord_comm handles own theirs
 // uniquely, so the contract (concord.h) is that the comm handle outlives
@@ -27,6 +28,7 @@ namespace {
 using concord::TensorView;
 using concord::concat;
 using concord::invalid_argument;
+using concord::cabi::current_stream;
 using concord::cabi::enum_value;
 using concord::cabi::require;
 using concord::cabi::require_out;
@@ -188,8 +190,8 @@ concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_t
     buffers = views(momentum_buffers, num_tensors, "momentum_buffers");
     check_same_shapes(momentum_buffers, "momentum_buffers", params, "params", num_tensors);
   }
-  concord::cpu::sgd_step({o.lr, o.momentum, o.weight_decay, o.nesterov != 0, o.step}, p, g,
-                         buffers);
+  concord::kernels::sgd_step({o.lr, o.momentum, o.weight_decay, o.nesterov != 0, o.step}, p, g,
+                             buffers, current_stream());
   CONCORD_API_END
 }
 
@@ -206,7 +208,8 @@ concord_status concord_adamw_step(const concord_adamw_options* options, size_t n
   check_same_shapes(grads, "grads", params, "params", num_tensors);
   check_same_shapes(exp_avg, "exp_avg", params, "params", num_tensors);
   check_same_shapes(exp_avg_sq, "exp_avg_sq", params, "params", num_tensors);
-  concord::cpu::adamw_step({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step}, p, g, m, v);
+  concord::kernels::adamw_step({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step}, p, g, m,
+                               v, current_stream());
   CONCORD_API_END
 }
 
@@ -216,13 +219,31 @@ concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const*
                                       double* result) {
   CONCORD_API_BEGIN
   require_out(result, "result");
-  *result = concord::cpu::sum_of_squares(views(tensors, num_tensors, "tensors"));
+  *result = concord::kernels::sum_of_squares(views(tensors, num_tensors, "tensors"),
+                                             current_stream());
+  CONCORD_API_END
+}
+
+concord_status concord_sum_of_squares_into(size_t num_tensors, const DLTensor* const* tensors,
+                                           DLTensor* result) {
+  CONCORD_API_BEGIN
+  const std::vector<TensorView> t = views(tensors, num_tensors, "tensors");
+  concord::kernels::sum_of_squares_into(t, view(result, "result"), current_stream());
   CONCORD_API_END
 }
 
 concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale) {
   CONCORD_API_BEGIN
-  concord::cpu::scale(views(tensors, num_tensors, "tensors"), scale);
+  concord::kernels::scale(views(tensors, num_tensors, "tensors"), scale, current_stream());
+  CONCORD_API_END
+}
+
+concord_status concord_clip_by_sum_of_squares(size_t num_tensors, DLTensor* const* tensors,
+                                              const DLTensor* sum_of_squares, double max_norm) {
+  CONCORD_API_BEGIN
+  const std::vector<TensorView> t = views(tensors, num_tensors, "tensors");
+  concord::kernels::clip_by_sum_of_squares(t, view(sum_of_squares, "sum_of_squares"), max_norm,
+                                           current_stream());
   CONCORD_API_END
 }
 

@@ -1,5 +1,6 @@
 // The C ABI of the metric update kernels: turn DLTensors into shaped views
-// and hand them to libcore/metrics, which validates and runs the update.
+// and hand them to libcore/metrics, which validates and runs the update
+// (on CUDA tensors, enqueued on the calling thread's stream).
 #include <string>
 
 #include "abi_support.hpp"
@@ -7,6 +8,7 @@
 
 namespace {
 
+using concord::cabi::current_stream;
 using concord::metrics::ShapedView;
 
 // `op` prefixes the role in messages ("confusion_matrix: preds tensor is
@@ -27,10 +29,10 @@ concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* valu
   const ShapedView s = shaped(state, op, "state");
   const ShapedView v = shaped(values, op, "values");
   if (weights == nullptr) {
-    concord::metrics::weighted_sum(s, v, nullptr);
+    concord::metrics::weighted_sum(s, v, nullptr, current_stream());
   } else {
     const ShapedView w = shaped(weights, op, "weights");
-    concord::metrics::weighted_sum(s, v, &w);
+    concord::metrics::weighted_sum(s, v, &w, current_stream());
   }
   CONCORD_API_END
 }
@@ -38,14 +40,14 @@ concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* valu
 concord_status concord_metric_max(DLTensor* state, const DLTensor* values) {
   CONCORD_API_BEGIN
   const ShapedView s = shaped(state, "max", "state");
-  concord::metrics::max_value(s, shaped(values, "max", "values"));
+  concord::metrics::max_value(s, shaped(values, "max", "values"), current_stream());
   CONCORD_API_END
 }
 
 concord_status concord_metric_min(DLTensor* state, const DLTensor* values) {
   CONCORD_API_BEGIN
   const ShapedView s = shaped(state, "min", "state");
-  concord::metrics::min_value(s, shaped(values, "min", "values"));
+  concord::metrics::min_value(s, shaped(values, "min", "values"), current_stream());
   CONCORD_API_END
 }
 
@@ -55,7 +57,7 @@ concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTens
   constexpr const char* op = "confusion_matrix";
   const ShapedView c = shaped(confusion, op, "confusion");
   const ShapedView p = shaped(preds, op, "preds");
-  concord::metrics::confusion_matrix(c, p, shaped(target, op, "target"));
+  concord::metrics::confusion_matrix(c, p, shaped(target, op, "target"), current_stream());
   CONCORD_API_END
 }
 
@@ -65,7 +67,8 @@ concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTens
   constexpr const char* op = "binary_confusion";
   const ShapedView c = shaped(confusion, op, "confusion");
   const ShapedView p = shaped(preds, op, "preds");
-  concord::metrics::binary_confusion(c, p, shaped(target, op, "target"), threshold);
+  concord::metrics::binary_confusion(c, p, shaped(target, op, "target"), threshold,
+                                     current_stream());
   CONCORD_API_END
 }
 
@@ -75,7 +78,8 @@ concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor
   constexpr const char* op = "multilabel_counts";
   const ShapedView c = shaped(counts, op, "counts");
   const ShapedView p = shaped(preds, op, "preds");
-  concord::metrics::multilabel_counts(c, p, shaped(target, op, "target"), threshold);
+  concord::metrics::multilabel_counts(c, p, shaped(target, op, "target"), threshold,
+                                      current_stream());
   CONCORD_API_END
 }
 
@@ -85,7 +89,7 @@ concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* pre
   constexpr const char* op = "topk_correct";
   const ShapedView c = shaped(counts, op, "counts");
   const ShapedView p = shaped(preds, op, "preds");
-  concord::metrics::topk_correct(c, p, shaped(target, op, "target"), k);
+  concord::metrics::topk_correct(c, p, shaped(target, op, "target"), k, current_stream());
   CONCORD_API_END
 }
 
@@ -95,6 +99,6 @@ concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTens
   constexpr const char* op = "binary_histogram";
   const ShapedView h = shaped(histogram, op, "histogram");
   const ShapedView s = shaped(scores, op, "scores");
-  concord::metrics::binary_histogram(h, s, shaped(target, op, "target"));
+  concord::metrics::binary_histogram(h, s, shaped(target, op, "target"), current_stream());
   CONCORD_API_END
 }

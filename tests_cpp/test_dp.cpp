@@ -20,7 +20,7 @@
 #include "comm/communicator.hpp"
 #include "concord/concord.h"
 #include "dp/grad_sync.hpp"
-#include "kernels/cpu/multi_tensor.hpp"
+#include "kernels/multi_tensor.hpp"
 
 #include "host_tensor.hpp"
 #include "spawn_ranks.hpp"
@@ -173,7 +173,7 @@ TEST_CASE("pack converts and scales many tensors into one wire buffer", "[dp]") 
         total += t.numel();
       }
       HostTensor packed(wire, {total});
-      cpu::pack(views_of(tensors), packed.bytes.data(), wire, factor);
+      kernels::pack(views_of(tensors), packed.bytes.data(), wire, factor);
       std::size_t offset = 0;
       std::string failure;
       for (auto& t : tensors) {
@@ -205,7 +205,7 @@ TEST_CASE("unpack converts and scales a wire buffer back into many tensors", "[d
         tensors.emplace_back(kFloatTypes[(k + 1) % 4], std::vector<std::int64_t>{sizes[k]});
       HostTensor packed(wire, {5136});
       packed.fill(rng, -3, 3);
-      cpu::unpack(packed.bytes.data(), wire, views_of(tensors), factor);
+      kernels::unpack(packed.bytes.data(), wire, views_of(tensors), factor);
       std::size_t offset = 0;
       std::string failure;
       for (auto& t : tensors) {
@@ -233,21 +233,21 @@ TEST_CASE("pack and unpack copy other dtypes bit for bit, and only copy them", "
   ints.push_back(a);
   ints.push_back(b);
   HostTensor wire(DType::kInt32, {8});
-  cpu::pack(views_of(ints), wire.bytes.data(), DType::kInt32, 1.0);
+  kernels::pack(views_of(ints), wire.bytes.data(), DType::kInt32, 1.0);
   CHECK(wire.get(4) == -407.0);
   CHECK(wire.get(7) == 1e9 + 2);
   std::vector<HostTensor> back = make_list(DType::kInt32, {5, 3});
-  cpu::unpack(wire.bytes.data(), DType::kInt32, views_of(back), 1.0);
+  kernels::unpack(wire.bytes.data(), DType::kInt32, views_of(back), 1.0);
   CHECK(back[0].bytes == a.bytes);
   CHECK(back[1].bytes == b.bytes);
 
-  Status s = status_of([&] { cpu::pack(views_of(ints), wire.bytes.data(), DType::kInt32, 0.5); });
+  Status s = status_of([&] { kernels::pack(views_of(ints), wire.bytes.data(), DType::kInt32, 0.5); });
   CHECK(s.code == StatusCode::kInvalidArgument);
   CHECK(s.message == "pack: tensor 0 is int32 and the buffer is int32 with factor 0.5: only "
                      "floating dtypes convert or scale; other dtypes copy into their own dtype "
                      "with factor 1");
   HostTensor floats(DType::kFloat32, {8});
-  s = status_of([&] { cpu::unpack(floats.bytes.data(), DType::kFloat32, views_of(back), 1.0); });
+  s = status_of([&] { kernels::unpack(floats.bytes.data(), DType::kFloat32, views_of(back), 1.0); });
   CHECK(contains(s.message, "unpack: tensor 0 is int32 and the buffer is float32"));
   CHECK(back[0].bytes == a.bytes);
 }
@@ -490,8 +490,8 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
       "GradientSynchronizer: ready_order holds 7, outside [0, 3)",
       "GradientSynchronizer: compression 'bf16' applies to float32 gradients, but gradient 0 is "
       "float64; use compression 'none'",
-      "GradientSynchronizer: gradient 1 is on cuda:0; CUDA gradients need the CUDA executors, "
-      "which this build does not include",
+      "GradientSynchronizer: gradient 1 is on cuda:0; GradientSynchronizer on CUDA gradients is "
+      "not supported yet; use all_reduce_multi",
       "GradientSynchronizer::mark_ready: gradient index 3 is outside [0, 3)",
       "GradientSynchronizer::mark_ready: gradient 0 is float32 with 5 elements on cpu but was "
       "planned as float32 with 4 elements on cpu",

@@ -10,19 +10,22 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/status.hpp"
 #include "base/tensor_view.hpp"
 #include "concord/concord.h"
-#include "kernels/cpu/multi_tensor.hpp"
-#include "kernels/cpu/optim.hpp"
+#include "kernels/multi_tensor.hpp"
+#include "kernels/optim_step.hpp"
 
 #include "host_tensor.hpp"
+#include "plugin_helpers.hpp"
 #include "status_helpers.hpp"
 
 using namespace concord;
 using concord::testing::contains;
+using concord::testing::cuda_kernels_run_here;
 using concord::testing::status_of;
 
 namespace {
@@ -112,9 +115,9 @@ TEST_CASE("fused SGD matches torch.optim.SGD over several steps", "[optim]") {
           grads[k].fill(rng, -1, 1);
           ref.step(t, ref_p[k], grads[k].values(), ref_buf[k]);
         }
-        cpu::SgdOptions o{0.1, c.momentum, c.weight_decay, c.nesterov, t};
+        SgdOptions o{0.1, c.momentum, c.weight_decay, c.nesterov, t};
         auto pv = views_of(params), gv = views_of(grads), bv = views_of(bufs);
-        cpu::sgd_step(o, pv, gv, c.momentum != 0 ? bv : std::vector<TensorView>{});
+        kernels::sgd_step(o, pv, gv, c.momentum != 0 ? bv : std::vector<TensorView>{});
       }
       for (std::size_t k = 0; k < params.size(); ++k) {
         CHECK(compare(params[k].values(), ref_p[k], tolerance(dtype), "param") == "");
@@ -149,8 +152,8 @@ TEST_CASE("fused AdamW matches torch.optim.AdamW over several steps", "[optim]")
           grads[k].fill(rng, -1, 1);
           ref.step(t, ref_p[k], grads[k].values(), ref_m[k], ref_v[k]);
         }
-        cpu::AdamWOptions o{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t};
-        cpu::adamw_step(o, views_of(params), views_of(grads), views_of(m), views_of(v));
+        AdamWOptions o{c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, t};
+        kernels::adamw_step(o, views_of(params), views_of(grads), views_of(m), views_of(v));
       }
       for (std::size_t k = 0; k < params.size(); ++k) {
         CHECK(compare(params[k].values(), ref_p[k], tolerance(dtype), "param") == "");
@@ -186,9 +189,9 @@ TEST_CASE("large steps split over threads match the references", "[optim]") {
       adamw.step(t, ref_p[k], grads[k].values(), ref_m[k], ref_v[k]);
       sgd.step(t, ref_sgd[k], grads[k].values(), ref_buf[k]);
     }
-    cpu::adamw_step({1e-2, 0.9, 0.999, 1e-8, 0.01, t}, views_of(params), views_of(grads),
+    kernels::adamw_step({1e-2, 0.9, 0.999, 1e-8, 0.01, t}, views_of(params), views_of(grads),
                     views_of(m), views_of(v));
-    cpu::sgd_step({0.05, 0.9, 1e-3, true, t}, views_of(sgd_params), views_of(grads), views_of(bufs));
+    kernels::sgd_step({0.05, 0.9, 1e-3, true, t}, views_of(sgd_params), views_of(grads), views_of(bufs));
   }
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     CHECK(compare(params[k].values(), ref_p[k], 1e-6, "adamw param") == "");
@@ -203,7 +206,7 @@ TEST_CASE("optimizers mix float32 and float64 tensors in one call", "[optim]") {
   for (std::size_t i = 0; i < 5; ++i) p32.set(i, 1.0), g32.set(i, 0.5);
   for (std::size_t i = 0; i < 3; ++i) p64.set(i, 2.0), g64.set(i, -1.0);
   std::vector<TensorView> p = {p32.view(), p64.view()}, g = {g32.view(), g64.view()};
-  cpu::sgd_step({0.5, 0, 0, false, 1}, p, g, {});
+  kernels::sgd_step({0.5, 0, 0, false, 1}, p, g, {});
   CHECK(p32.get(4) == 0.75);
   CHECK(p64.get(2) == 2.5);
 }
@@ -217,10 +220,10 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
   const auto before = params[0].values();
   auto pv = views_of(params), gv = views_of(grads), mv = views_of(m), vv = views_of(v);
 
-  auto adamw = [&](cpu::AdamWOptions o) {
-    return status_of([&] { cpu::adamw_step(o, pv, gv, mv, vv); });
+  auto adamw = [&](AdamWOptions o) {
+    return status_of([&] { kernels::adamw_step(o, pv, gv, mv, vv); });
   };
-  struct OptionCase { cpu::AdamWOptions options; const char* message; };
+  struct OptionCase { AdamWOptions options; const char* message; };
   const OptionCase option_cases[] = {
       {{-1e-3, 0.9, 0.999, 1e-8, 0.01, 1}, "adamw_step: lr must be finite and >= 0, got -0.001"},
       {{1e-3, 1.0, 0.999, 1e-8, 0.01, 1}, "adamw_step: beta1 must be in [0, 1), got 1"},
@@ -258,19 +261,36 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
 
   auto half_params = make_list(DType::kBFloat16, {4, 6});
   auto hv = views_of(half_params);
-  s = status_of([&] { cpu::sgd_step({}, hv, hv, {}); });
+  s = status_of([&] { kernels::sgd_step({}, hv, hv, {}); });
   CHECK(s.message == "sgd_step: params[0] is bfloat16; the optimizers update float32 or float64 "
                      "parameters");
-  s = status_of([&] { cpu::sgd_step({0.1, 0.0, 0.0, true, 1}, pv, gv, {}); });
+  s = status_of([&] { kernels::sgd_step({0.1, 0.0, 0.0, true, 1}, pv, gv, {}); });
   CHECK(s.message == "sgd_step: nesterov needs a momentum > 0");
-  s = status_of([&] { cpu::sgd_step({0.1, 0.9, 0.0, false, 1}, pv, gv, {}); });
+  s = status_of([&] { kernels::sgd_step({0.1, 0.9, 0.0, false, 1}, pv, gv, {}); });
   CHECK(s.message == "sgd_step: 2 params but 0 momentum_buffers");
-  TensorView on_gpu = pv[0];
+  // One device per call: a CUDA tensor among CPU ones is an invalid
+  // argument, found before anything runs.
+  TensorView on_gpu = pv[1];
   on_gpu.device = {DeviceKind::kCUDA, 0};
-  std::vector<TensorView> gpu_list = {on_gpu};
-  s = status_of([&] { cpu::sgd_step({}, gpu_list, gpu_list, {}); });
-  CHECK(s.code == StatusCode::kUnavailable);
+  std::vector<TensorView> mixed = {pv[0], on_gpu};
+  s = status_of([&] { kernels::sgd_step({}, mixed, gv, {}); });
+  CHECK(s.code == StatusCode::kInvalidArgument);
+  CHECK(s.message ==
+        "sgd_step: params[1] is on cuda:0 but params[0] is on cpu; pass tensors on one device");
+  std::vector<TensorView> gpu_grads = {gv[0], on_gpu};
+  s = status_of([&] { kernels::sgd_step({}, pv, gpu_grads, {}); });
+  CHECK(s.message == "sgd_step: grads[1] is float32 with 6 elements on cuda:0 but params[1] is "
+                     "float32 with 6 elements on cpu");
   CHECK(params[0].values() == before);
+  if (!cuda_kernels_run_here()) {
+    // All on CUDA, with no usable CUDA plugin here: unavailable, not a crash.
+    TensorView grad_on_gpu = gv[1];
+    grad_on_gpu.device = on_gpu.device;
+    std::vector<TensorView> gpu_params = {on_gpu}, gpu_grads_only = {grad_on_gpu};
+    s = status_of([&] { kernels::sgd_step({}, gpu_params, gpu_grads_only, {}); });
+    CHECK(s.code == StatusCode::kUnavailable);
+    CHECK(s.message.rfind("sgd_step: ", 0) == 0);
+  }
 }
 
 // ---- scale and sum of squares ------------------------------------------------------
@@ -296,7 +316,7 @@ TEST_CASE("scale multiplies every tensor in place, any floating dtype", "[optim]
       t.fill(rng, -3, 3);
       before.push_back(t.values());
     }
-    cpu::scale(views_of(list), factor);
+    kernels::scale(views_of(list), factor);
     for (std::size_t k = 0; k < list.size(); ++k)
       for (std::size_t i = 0; i < list[k].size(); ++i) {
         const double want = before[k][i] * factor;
@@ -312,7 +332,7 @@ TEST_CASE("scale multiplies every tensor in place, any floating dtype", "[optim]
   }
   HostTensor ints(DType::kInt32, {3});
   std::vector<TensorView> iv = {ints.view()};
-  const Status s = status_of([&] { cpu::scale(iv, 2.0); });
+  const Status s = status_of([&] { kernels::scale(iv, 2.0); });
   CHECK(s.message == "scale: tensor 0 is int32; only floating dtypes (float16, bfloat16, float32, "
                      "float64) are supported");
 }
@@ -326,7 +346,7 @@ TEST_CASE("sum_of_squares accumulates every tensor in float64", "[optim]") {
       t.fill(rng, -2, 2);
       for (double x : t.values()) want += x * x;
     }
-    const double got = cpu::sum_of_squares(views_of(list));
+    const double got = kernels::sum_of_squares(views_of(list));
     CHECK(got == Approx(want).epsilon(1e-13));
   }
   // float32 sums of squares lose this; float64 accumulation keeps it.
@@ -334,8 +354,8 @@ TEST_CASE("sum_of_squares accumulates every tensor in float64", "[optim]") {
   for (std::size_t i = 0; i < big.size(); ++i) big.set(i, i % 2 ? 1.0 : 1e-4);
   std::vector<TensorView> bv = {big.view()};
   const double small = double(1e-4f) * double(1e-4f);
-  CHECK(cpu::sum_of_squares(bv) == Approx((1 << 21) * (1.0 + small)).epsilon(1e-10));
-  CHECK(cpu::sum_of_squares({}) == 0.0);
+  CHECK(kernels::sum_of_squares(bv) == Approx((1 << 21) * (1.0 + small)).epsilon(1e-10));
+  CHECK(kernels::sum_of_squares({}) == 0.0);
 }
 
 // ---- C ABI -------------------------------------------------------------------------
@@ -467,4 +487,280 @@ TEST_CASE("C ABI: optimizer arguments are checked with specific messages", "[opt
   DLTensor* int_list[] = {&id};
   CHECK(concord_scale(1, int_list, 2.0) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(contains(last(), "scale: tensor 0 is int32"));
+}
+
+// ---- sum of squares into a tensor, and clipping by it ------------------------------------
+
+namespace {
+
+double ref_sum_of_squares(const std::vector<HostTensor>& list) {
+  double sum = 0;
+  for (const auto& t : list)
+    for (double x : t.values()) sum += x * x;
+  return sum;
+}
+
+// torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (norm + 1e-6),
+// clamped to at most 1.
+double ref_clip_factor(double sum_sq, double max_norm) {
+  return std::min(1.0, max_norm / (std::sqrt(sum_sq) + 1e-6));
+}
+
+// Relative rounding of one product stored in `dtype`, plus float32 compute.
+double product_slack(DType dtype, double want) {
+  const double unit = dtype == DType::kFloat16    ? 0x1p-11
+                      : dtype == DType::kBFloat16 ? 0x1p-8
+                      : dtype == DType::kFloat32  ? 0x1p-24
+                                                  : 0x1p-53;
+  return (unit + 0x1p-23) * std::fabs(want) + 0x1p-25;
+}
+
+std::vector<HostTensor> mixed_list(std::mt19937_64& rng) {
+  const DType dtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
+  std::vector<HostTensor> list;
+  for (std::size_t k = 0; k < kSizes.size(); ++k)
+    list.emplace_back(dtypes[k % 4], std::vector<std::int64_t>{kSizes[k]});
+  for (auto& t : list) t.fill(rng, -2, 2);
+  return list;
+}
+
+}  // namespace
+
+TEST_CASE("sum_of_squares_into writes the float64 sum into a tensor", "[optim]") {
+  std::mt19937_64 rng(21);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    INFO(dtype_name(dtype));
+    auto list = make_list(dtype, kSizes);
+    for (auto& t : list) t.fill(rng, -2, 2);
+    HostTensor result(DType::kFloat64, {1});
+    result.set(0, 12345.0);  // written, not added to
+    kernels::sum_of_squares_into(views_of(list), result.view());
+    CHECK(result.get(0) == Approx(ref_sum_of_squares(list)).epsilon(1e-13));
+    CHECK(result.get(0) == kernels::sum_of_squares(views_of(list)));
+  }
+  auto list = mixed_list(rng);
+  HostTensor scalar(DType::kFloat64, {});  // 0-d: one element
+  kernels::sum_of_squares_into(views_of(list), scalar.view());
+  CHECK(scalar.get(0) == Approx(ref_sum_of_squares(list)).epsilon(1e-13));
+  scalar.set(0, 7.0);
+  kernels::sum_of_squares_into({}, scalar.view());
+  CHECK(scalar.get(0) == 0.0);
+}
+
+TEST_CASE("sum_of_squares_into checks its result before writing", "[optim][errors]") {
+  std::mt19937_64 rng(22);
+  auto list = make_list(DType::kFloat64, {3, 5});
+  for (auto& t : list) t.fill(rng, -1, 1);
+  const auto lv = views_of(list);
+  auto message = [&](const TensorView& result) {
+    return testing::invalid_argument_message(
+        [&] { kernels::sum_of_squares_into(lv, result); });
+  };
+  HostTensor ints(DType::kInt32, {1}), pair(DType::kFloat64, {2});
+  CHECK(message(ints.view()) ==
+        "sum_of_squares_into: result is int32 with 1 element; expected one float64 element");
+  CHECK(message(pair.view()) ==
+        "sum_of_squares_into: result is float64 with 2 elements; expected one float64 element");
+  TensorView inside = lv[1];
+  inside.data = static_cast<double*>(inside.data) + 2;
+  inside.numel = 1;
+  CHECK(message(inside) == "sum_of_squares_into: result shares memory with tensor 1");
+  HostTensor result(DType::kFloat64, {1});
+  result.set(0, 5.0);
+  TensorView on_gpu = result.view();
+  on_gpu.device = {DeviceKind::kCUDA, 0};
+  CHECK(message(on_gpu) == "sum_of_squares_into: result is on cuda:0 but tensor 0 is on cpu; "
+                           "pass tensors on one device");
+  std::vector<TensorView> with_ints = {lv[0], ints.view()};
+  CHECK(testing::invalid_argument_message([&] {
+          kernels::sum_of_squares_into(with_ints, result.view());
+        }) == "sum_of_squares_into: tensor 1 is int32; only floating dtypes (float16, bfloat16, "
+              "float32, float64) are supported");
+  CHECK(result.get(0) == 5.0);
+}
+
+TEST_CASE("clip_by_sum_of_squares scales by torch's clipping factor", "[optim]") {
+  std::mt19937_64 rng(23);
+  for (int round = 0; round < 4; ++round) {
+    auto list = mixed_list(rng);
+    const double sum = ref_sum_of_squares(list);
+    const double norm = std::sqrt(sum);
+    const double max_norm = round == 0   ? 0.5 * norm
+                            : round == 1 ? 2.0 * norm
+                            : round == 2 ? 0.0
+                                         : INFINITY;
+    INFO("max_norm " << max_norm << " norm " << norm);
+    HostTensor sum_sq(DType::kFloat64, {1});
+    kernels::sum_of_squares_into(views_of(list), sum_sq.view());
+    std::vector<std::vector<double>> before;
+    for (auto& t : list) before.push_back(t.values());
+    kernels::clip_by_sum_of_squares(views_of(list), sum_sq.view(), max_norm);
+    const double factor = ref_clip_factor(sum_sq.get(0), max_norm);
+    for (std::size_t k = 0; k < list.size(); ++k)
+      for (std::size_t i = 0; i < list[k].size(); ++i) {
+        const double want = before[k][i] * factor;
+        const double got = list[k].get(i);
+        // A factor of 1 leaves every tensor as it was, bit for bit.
+        const bool ok = factor == 1.0 ? got == before[k][i]
+                                      : std::fabs(got - want) <= product_slack(list[k].dtype, want);
+        if (!ok) {
+          FAIL_CHECK(dtype_name(list[k].dtype) << "[" << i << "]: got " << got << ", want "
+                                               << want);
+          break;
+        }
+      }
+    CHECK(sum_sq.get(0) == Approx(sum).epsilon(1e-13));  // read, not written
+  }
+  // A NaN norm makes the gradients NaN, as torch's clamp keeps NaN.
+  auto list = make_list(DType::kFloat32, {5});
+  for (auto& t : list) t.fill(rng, -1, 1);
+  HostTensor nan_sum(DType::kFloat64, {1});
+  nan_sum.set(0, NAN);
+  kernels::clip_by_sum_of_squares(views_of(list), nan_sum.view(), 1.0);
+  for (double x : list[0].values()) CHECK(std::isnan(x));
+}
+
+TEST_CASE("clip_by_sum_of_squares checks its arguments before writing", "[optim][errors]") {
+  std::mt19937_64 rng(24);
+  auto list = make_list(DType::kFloat32, {4, 9});
+  for (auto& t : list) t.fill(rng, -1, 1);
+  const auto before = list[1].values();
+  const auto lv = views_of(list);
+  HostTensor sum_sq(DType::kFloat64, {1});
+  sum_sq.set(0, 100.0);
+  auto message = [&](const TensorView& s, double max_norm) {
+    return testing::invalid_argument_message(
+        [&] { kernels::clip_by_sum_of_squares(lv, s, max_norm); });
+  };
+  CHECK(message(sum_sq.view(), -1.0) == "clip_by_sum_of_squares: max_norm must be >= 0, got -1");
+  CHECK(message(sum_sq.view(), NAN) == "clip_by_sum_of_squares: max_norm must be >= 0, got nan");
+  HostTensor f32(DType::kFloat32, {1});
+  CHECK(message(f32.view(), 1.0) == "clip_by_sum_of_squares: sum_of_squares is float32 with 1 "
+                                    "element; expected one float64 element");
+  TensorView inside = lv[1];
+  inside.dtype = DType::kFloat64;
+  inside.numel = 1;
+  CHECK(message(inside, 1.0) ==
+        "clip_by_sum_of_squares: sum_of_squares shares memory with tensor 1");
+  TensorView on_gpu = sum_sq.view();
+  on_gpu.device = {DeviceKind::kCUDA, 0};
+  CHECK(message(on_gpu, 1.0) == "clip_by_sum_of_squares: sum_of_squares is on cuda:0 but tensor "
+                                "0 is on cpu; pass tensors on one device");
+  CHECK(list[1].values() == before);
+}
+
+TEST_CASE("C ABI: sum_of_squares_into and clip_by_sum_of_squares", "[optim][cabi]") {
+  std::mt19937_64 rng(25);
+  auto grads = make_list(DType::kFloat32, kSizes);
+  for (auto& g : grads) g.fill(rng, -1, 1);
+  std::vector<DLTensor> dls;
+  for (auto& g : grads) dls.push_back(g.dl());
+  std::vector<DLTensor*> ptrs;
+  for (auto& d : dls) ptrs.push_back(&d);
+  HostTensor result(DType::kFloat64, {1});
+  DLTensor rd = result.dl();
+  const double sum = ref_sum_of_squares(grads);
+  REQUIRE(concord_sum_of_squares_into(ptrs.size(), ptrs.data(), &rd) == CONCORD_OK);
+  CHECK(result.get(0) == Approx(sum).epsilon(1e-13));
+
+  const double max_norm = 0.25 * std::sqrt(sum);
+  REQUIRE(concord_clip_by_sum_of_squares(ptrs.size(), ptrs.data(), &rd, max_norm) == CONCORD_OK);
+  double after = -1;
+  REQUIRE(concord_sum_of_squares(ptrs.size(), ptrs.data(), &after) == CONCORD_OK);
+  const double factor = ref_clip_factor(sum, max_norm);
+  CHECK(after == Approx(sum * factor * factor).epsilon(1e-6));
+
+  auto last = [] { return std::string(concord_last_error()); };
+  CHECK(concord_sum_of_squares_into(ptrs.size(), ptrs.data(), nullptr) ==
+        CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "result tensor is NULL");
+  CHECK(concord_clip_by_sum_of_squares(ptrs.size(), ptrs.data(), nullptr, 1.0) ==
+        CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "sum_of_squares tensor is NULL");
+  CHECK(concord_clip_by_sum_of_squares(1, nullptr, &rd, 1.0) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "tensors is NULL but num_tensors is 1");
+  CHECK(concord_clip_by_sum_of_squares(0, nullptr, &rd, 1.0) == CONCORD_OK);
+}
+
+TEST_CASE("C ABI: kernel calls take tensors on one device; CUDA ones need the plugin",
+          "[optim][cabi][cuda]") {
+  std::mt19937_64 rng(26);
+  HostTensor a(DType::kFloat32, {4}), b(DType::kFloat32, {4}), c(DType::kFloat32, {4});
+  for (auto* t : {&a, &b, &c}) t->fill(rng, -1, 1);
+  const auto a_before = a.values();
+  HostTensor s(DType::kFloat64, {1}), s_gpu(DType::kFloat64, {1});
+  s.set(0, 1.0);
+  // CUDA tensors with host pointers: validation must fail before anything
+  // could dereference them.
+  DLTensor ad = a.dl(), bd = b.dl(), cd = c.dl(), sd = s.dl(), gpu_sd = s_gpu.dl();
+  bd.device = cd.device = gpu_sd.device = {kDLCUDA, 0};
+  auto last = [] { return std::string(concord_last_error()); };
+
+  DLTensor* mixed[] = {&ad, &bd};
+  CHECK(concord_scale(2, mixed, 2.0) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "scale: tensor 1 is on cuda:0 but tensor 0 is on cpu; pass tensors on one "
+                  "device");
+  double sum = 0;
+  CHECK(concord_sum_of_squares(2, mixed, &sum) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_clip_by_sum_of_squares(2, mixed, &sd, 0.1) == CONCORD_ERR_INVALID_ARGUMENT);
+  DLTensor* cpu_only[] = {&ad};
+  CHECK(concord_sum_of_squares_into(1, cpu_only, &gpu_sd) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "sum_of_squares_into: result is on cuda:0 but tensor 0 is on cpu; pass tensors "
+                  "on one device");
+  CHECK(concord_clip_by_sum_of_squares(1, cpu_only, &gpu_sd, 0.1) == CONCORD_ERR_INVALID_ARGUMENT);
+  const DLTensor* gpu_grads[] = {&bd};
+  concord_sgd_options sgd = CONCORD_SGD_OPTIONS_INIT;
+  CHECK(concord_sgd_step(&sgd, 1, cpu_only, gpu_grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "sgd_step: grads[0] is float32 with 4 elements on cuda:0 but params[0] is "
+                  "float32 with 4 elements on cpu");
+  CHECK(concord_metric_max(&sd, &bd) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(last() == "max: values is on cuda:0 but state is on cpu; pass tensors on one device");
+  CHECK(a.values() == a_before);
+  CHECK(s.get(0) == 1.0);
+
+  // All on CUDA: unavailable (no plugin, driver or GPU), after validation.
+  if (cuda_kernels_run_here()) return;  // the fake pointers below would reach the GPU
+  DLTensor* gpu_only[] = {&bd};
+  const DLTensor* gpu_const[] = {&bd};
+  CHECK(concord_scale(1, gpu_only, 2.0) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(last().rfind("scale: ", 0) == 0);
+  CHECK(concord_sum_of_squares(1, gpu_const, &sum) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_sum_of_squares_into(1, gpu_const, &gpu_sd) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(last().rfind("sum_of_squares_into: ", 0) == 0);
+  CHECK(concord_clip_by_sum_of_squares(1, gpu_only, &gpu_sd, 0.1) == CONCORD_ERR_UNAVAILABLE);
+  const DLTensor* gpu_grads2[] = {&cd};
+  CHECK(concord_sgd_step(&sgd, 1, gpu_only, gpu_grads2, nullptr) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(last().rfind("sgd_step: ", 0) == 0);
+  concord_adamw_options adamw = CONCORD_ADAMW_OPTIONS_INIT;
+  HostTensor m(DType::kFloat32, {4}), v(DType::kFloat32, {4});
+  DLTensor md = m.dl(), vd = v.dl();
+  md.device = vd.device = bd.device;
+  DLTensor* ms[] = {&md};
+  DLTensor* vs[] = {&vd};
+  CHECK(concord_adamw_step(&adamw, 1, gpu_only, gpu_grads2, ms, vs) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_metric_max(&gpu_sd, &bd) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(last().rfind("max: ", 0) == 0);
+}
+
+TEST_CASE("C ABI: the kernel stream belongs to the calling thread", "[cabi]") {
+  void* stream = reinterpret_cast<void*>(1);
+  REQUIRE(concord_get_stream(&stream) == CONCORD_OK);
+  CHECK(stream == nullptr);  // the legacy default stream until set
+  void* mine = reinterpret_cast<void*>(0x1234);
+  REQUIRE(concord_set_stream(mine) == CONCORD_OK);
+  REQUIRE(concord_get_stream(&stream) == CONCORD_OK);
+  CHECK(stream == mine);
+  void* other = mine;
+  std::thread([&] { concord_get_stream(&other); }).join();
+  CHECK(other == nullptr);
+  // CPU tensors ignore it.
+  HostTensor t(DType::kFloat64, {3});
+  for (std::size_t i = 0; i < 3; ++i) t.set(i, 1.0 + i);
+  DLTensor td = t.dl();
+  DLTensor* list[] = {&td};
+  REQUIRE(concord_scale(1, list, 2.0) == CONCORD_OK);
+  CHECK(t.values() == std::vector<double>{2.0, 4.0, 6.0});
+  REQUIRE(concord_set_stream(nullptr) == CONCORD_OK);
+  CHECK(concord_get_stream(nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(concord_last_error()) == "output pointer stream is NULL");
 }

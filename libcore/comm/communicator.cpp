@@ -42,9 +42,9 @@ void check_same_device_and_dtype(const char* op, const TensorView& send, const T
 }  // namespace
 
 Communicator::Communicator(std::shared_ptr<SharedStore> store, std::string name, int rank,
-                           int size, double timeout_s)
+                           int size, double timeout_s, std::unique_ptr<NcclBackend> nccl)
     : store_(std::move(store)), name_(std::move(name)), rank_(rank), size_(size),
-      timeout_s_(timeout_s) {
+      timeout_s_(timeout_s), nccl_(std::move(nccl)) {
   if (size < 1) invalid_argument("communicator size must be >= 1, got ", size);
   if (rank < 0 || rank >= size) invalid_argument("rank ", rank, " is outside [0, ", size, ")");
   if (!(timeout_s > 0)) invalid_argument("timeout must be positive, got ", timeout_s, " s");
@@ -72,9 +72,15 @@ Communicator::Communicator(std::shared_ptr<SharedStore> store, std::string name,
 
 Communicator::~Communicator() {
   progress_.reset();  // finishes the queued collectives first
+  nccl_.reset();      // waits, at most the timeout, for work on the device
 }
 
 const char* Communicator::cpu_backend_name() const noexcept { return cpu_backend_->name(); }
+
+const char* Communicator::cuda_backend_name() const noexcept {
+  std::lock_guard lock(const_cast<std::mutex&>(nccl_mutex_));
+  return nccl_ ? "nccl" : nullptr;
+}
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   check_usable("split");
@@ -92,12 +98,30 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
       if (their_color == color) members.emplace_back(their_key, q);
     }
   }
+  // A communicator with an nccl backend splits it too (every rank takes
+  // part, as ncclCommSplit needs); one without makes its own on first use.
+  std::unique_ptr<NcclBackend> child_nccl;
+  {
+    std::lock_guard lock(nccl_mutex_);
+    if (nccl_) {
+      try {
+        child_nccl = nccl_->split(color, key);
+      } catch (const Error& e) {
+        if (breaks_communicator(e.code())) {
+          std::lock_guard failure_lock(failure_mutex_);
+          if (!failure_) failure_ = e.status();
+        }
+        throw;
+      }
+    }
+  }
   if (color < 0) return nullptr;
   std::sort(members.begin(), members.end());
   const auto me = std::find(members.begin(), members.end(), std::make_pair(key, rank_));
   const int new_rank = static_cast<int>(me - members.begin());
   return std::make_unique<Communicator>(store_, concat(prefix, "/c", color), new_rank,
-                                        static_cast<int>(members.size()), timeout_s_);
+                                        static_cast<int>(members.size()), timeout_s_,
+                                        std::move(child_nccl));
 }
 
 void Communicator::check_usable(const char* op) const {
@@ -109,9 +133,40 @@ void Communicator::check_usable(const char* op) const {
 
 Backend& Communicator::backend_for(const Device& device, const char* op) {
   if (device.kind == DeviceKind::kCUDA)
-    fail(StatusCode::kUnavailable, op, ": tensors on cuda:", device.id,
-         " need the nccl backend, which this build of concord does not include");
+    fail(StatusCode::kInternal, op, ": CUDA tensors reached the CPU backend");
   return *cpu_backend_;
+}
+
+NcclBackend& Communicator::nccl_for(const Device& device, const char* op) {
+  std::lock_guard lock(nccl_mutex_);
+  if (!nccl_) {
+    // Collective: every rank's first CUDA collective is this one.
+    std::lock_guard store_lock(store_->mutex);
+    nccl_ = NcclBackend::create(*store_->client, name_, rank_, size_, device.id, timeout_s_);
+  } else if (nccl_->device() != device.id) {
+    invalid_argument(op, ": tensors are on cuda:", device.id, " but this communicator's nccl ",
+                     "backend is on cuda:", nccl_->device(),
+                     "; a communicator uses one CUDA device per rank");
+  }
+  return *nccl_;
+}
+
+std::shared_ptr<Work> Communicator::run_on_device(const char* op, const Device& device,
+                                                  bool async, const DeviceBody& body) {
+  check_usable(op);
+  try {
+    NcclBackend& nccl = nccl_for(device, op);
+    const std::uint64_t seq = next_seq_++;
+    auto work = async ? std::make_shared<Work>() : nullptr;
+    body(nccl, OpLabel{op, seq}, work);
+    return work;
+  } catch (const Error& e) {
+    if (breaks_communicator(e.code())) {
+      std::lock_guard failure_lock(failure_mutex_);
+      if (!failure_) failure_ = e.status();
+    }
+    throw;
+  }
 }
 
 std::shared_ptr<Work> Communicator::run(const char* op, Device device,
@@ -164,40 +219,60 @@ void Communicator::abort() noexcept {
     if (!failure_)
       failure_ = Status{StatusCode::kAborted, concat("rank ", rank_, " aborted the communicator")};
   }
-  cpu_backend_->abort(concat("rank ", rank_, " called abort").c_str());
+  const std::string reason = concat("rank ", rank_, " called abort");
+  cpu_backend_->abort(reason.c_str());
+  std::lock_guard lock(nccl_mutex_);
+  if (nccl_) nccl_->abort(reason.c_str());
 }
 
 // ---- collectives: validate everything, then communicate --------------------
 
 std::shared_ptr<Work> Communicator::all_reduce(const TensorView& send, const TensorView& recv,
-                                               ReduceOp op, bool async) {
+                                               ReduceOp op, bool async, void* stream) {
   check_same_device_and_dtype("all_reduce", send, recv);
   check_reduce_op(op, send.dtype);
   if (recv.numel != send.numel)
     invalid_argument("all_reduce: recv holds ", recv.numel, " elements, send holds ", send.numel);
+  if (send.device.kind == DeviceKind::kCUDA)
+    return run_on_device("all_reduce", send.device, async,
+                         [&](NcclBackend& b, OpLabel label, const std::shared_ptr<Work>& work) {
+      b.all_reduce(label, send.data, recv.data, static_cast<std::size_t>(send.numel), send.dtype,
+                   op, stream, work);
+    });
   return run("all_reduce", send.device, [send, recv, op](Backend& b, OpLabel label) {
     b.all_reduce(label, send.data, recv.data, static_cast<std::size_t>(send.numel), send.dtype, op);
   }, async);
 }
 
 std::shared_ptr<Work> Communicator::all_gather(const TensorView& send, const TensorView& recv,
-                                               bool async) {
+                                               bool async, void* stream) {
   check_same_device_and_dtype("all_gather", send, recv);
   if (recv.numel != send.numel * size_)
     invalid_argument("all_gather: recv holds ", recv.numel, " elements, expected ", size_, " x ",
                      send.numel, " = ", send.numel * size_);
+  if (send.device.kind == DeviceKind::kCUDA)
+    return run_on_device("all_gather", send.device, async,
+                         [&](NcclBackend& b, OpLabel label, const std::shared_ptr<Work>& work) {
+      b.all_gather(label, send.data, recv.data, send.nbytes(), stream, work);
+    });
   return run("all_gather", send.device, [send, recv](Backend& b, OpLabel label) {
     b.all_gather(label, send.data, recv.data, send.nbytes());
   }, async);
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(const TensorView& send, const TensorView& recv,
-                                                   ReduceOp op, bool async) {
+                                                   ReduceOp op, bool async, void* stream) {
   check_same_device_and_dtype("reduce_scatter", send, recv);
   check_reduce_op(op, send.dtype);
   if (send.numel != recv.numel * size_)
     invalid_argument("reduce_scatter: send holds ", send.numel, " elements, expected ", size_,
                      " x ", recv.numel, " = ", recv.numel * size_);
+  if (send.device.kind == DeviceKind::kCUDA)
+    return run_on_device("reduce_scatter", send.device, async,
+                         [&](NcclBackend& b, OpLabel label, const std::shared_ptr<Work>& work) {
+      b.reduce_scatter(label, send.data, recv.data, static_cast<std::size_t>(recv.numel),
+                       send.dtype, op, stream, work);
+    });
   return run("reduce_scatter", send.device, [send, recv, op](Backend& b, OpLabel label) {
     b.reduce_scatter(label, send.data, recv.data, static_cast<std::size_t>(recv.numel),
                      send.dtype, op);
@@ -205,12 +280,17 @@ std::shared_ptr<Work> Communicator::reduce_scatter(const TensorView& send, const
 }
 
 std::shared_ptr<Work> Communicator::broadcast(const TensorView& send, const TensorView& recv,
-                                              int root, bool async) {
+                                              int root, bool async, void* stream) {
   if (root < 0 || root >= size_)
     invalid_argument("broadcast: root ", root, " is outside [0, ", size_, ")");
   check_same_device_and_dtype("broadcast", send, recv);
   if (recv.numel != send.numel)
     invalid_argument("broadcast: recv holds ", recv.numel, " elements, send holds ", send.numel);
+  if (recv.device.kind == DeviceKind::kCUDA)
+    return run_on_device("broadcast", recv.device, async,
+                         [&](NcclBackend& b, OpLabel label, const std::shared_ptr<Work>& work) {
+      b.broadcast(label, send.data, recv.data, recv.nbytes(), root, stream, work);
+    });
   return run("broadcast", recv.device, [send, recv, root](Backend& b, OpLabel label) {
     b.broadcast(label, send.data, recv.data, recv.nbytes(), root);
   }, async);
@@ -221,7 +301,7 @@ std::shared_ptr<Work> Communicator::barrier(bool async) {
 }
 
 std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> tensors, ReduceOp op,
-                                                     bool async) {
+                                                     bool async, void* stream) {
   const Device device = tensors.empty() ? Device{} : tensors.front().device;
   std::vector<DType> dtypes;  // in order of first appearance, the same on every rank
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -233,6 +313,11 @@ std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> ten
     check_reduce_op(op, t.dtype);
     if (std::find(dtypes.begin(), dtypes.end(), t.dtype) == dtypes.end()) dtypes.push_back(t.dtype);
   }
+  if (device.kind == DeviceKind::kCUDA)
+    return run_on_device("all_reduce_multi", device, async,
+                         [&](NcclBackend& b, OpLabel label, const std::shared_ptr<Work>& work) {
+      b.all_reduce_group(label, tensors, op, stream, work);
+    });
   return run("all_reduce_multi", device, [tensors = std::move(tensors), dtypes, op](Backend& b, OpLabel label) {
     // Small tensors are packed so they cost one synchronisation together;
     // large ones are reduced where they are, since packing would only add

@@ -4,6 +4,13 @@
 // the operations, keeps them in issue order (blocking calls run on the
 // caller's thread when nothing asynchronous is pending, otherwise behind it
 // on the progress thread) and picks the backend by device.
+//
+// CUDA tensors go to the nccl backend, created on the first of them: their
+// collectives are enqueued on the device after the work on `stream` (the
+// caller's CUDA stream; nullptr is the legacy default stream), `stream`
+// waits for the result, and the call returns without waiting on the host,
+// as NCCL's do. An asynchronous call's Work completes once the device is
+// done. `stream` is ignored for CPU tensors.
 #pragma once
 
 #include <atomic>
@@ -17,6 +24,7 @@
 
 #include "base/tensor_view.hpp"
 #include "comm/backend.hpp"
+#include "comm/nccl/nccl_backend.hpp"
 #include "comm/work.hpp"
 #include "kernels/reduce_op.hpp"
 
@@ -39,8 +47,9 @@ struct SharedStore {
 class Communicator {
  public:
   // Collective over `size` ranks meeting under key prefix `name` in the store.
+  // `nccl`, when given, is this communicator's nccl backend (from a split).
   Communicator(std::shared_ptr<SharedStore> store, std::string name, int rank, int size,
-               double timeout_s);
+               double timeout_s, std::unique_ptr<NcclBackend> nccl = nullptr);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -57,20 +66,22 @@ class Communicator {
 
   // Each returns nullptr when blocking (async == false), after completion.
   std::shared_ptr<Work> all_reduce(const TensorView& send, const TensorView& recv, ReduceOp op,
-                                   bool async);
-  std::shared_ptr<Work> all_gather(const TensorView& send, const TensorView& recv, bool async);
+                                   bool async, void* stream = nullptr);
+  std::shared_ptr<Work> all_gather(const TensorView& send, const TensorView& recv, bool async, void* stream = nullptr);
   std::shared_ptr<Work> reduce_scatter(const TensorView& send, const TensorView& recv,
-                                       ReduceOp op, bool async);
+                                       ReduceOp op, bool async, void* stream = nullptr);
   std::shared_ptr<Work> broadcast(const TensorView& send, const TensorView& recv, int root,
-                                  bool async);
+                                  bool async, void* stream = nullptr);
   std::shared_ptr<Work> barrier(bool async);
   // All-reduces every tensor in place as one operation: tensors under
   // 256 KiB are packed into one buffer per dtype; larger ones are reduced
   // in place, each in its own pipelined pass.
-  std::shared_ptr<Work> all_reduce_multi(std::vector<TensorView> tensors, ReduceOp op, bool async);
+  std::shared_ptr<Work> all_reduce_multi(std::vector<TensorView> tensors, ReduceOp op, bool async, void* stream = nullptr);
 
   // Fails pending and future collectives here and on the peers.
   void abort() noexcept;
+  // Name of the backend for CUDA tensors once one exists ("nccl"), else nullptr.
+  const char* cuda_backend_name() const noexcept;
 
  private:
   Backend& backend_for(const Device& device, const char* op);
@@ -79,6 +90,10 @@ class Communicator {
   void execute(const char* op, std::uint64_t seq, Backend& backend,
                const std::function<void(Backend&, OpLabel)>& body);
   void check_usable(const char* op) const;
+  NcclBackend& nccl_for(const Device& device, const char* op);
+  using DeviceBody = std::function<void(NcclBackend&, OpLabel, const std::shared_ptr<Work>&)>;
+  std::shared_ptr<Work> run_on_device(const char* op, const Device& device, bool async,
+                                      const DeviceBody& body);
 
   std::shared_ptr<SharedStore> store_;
   std::string name_;
@@ -87,6 +102,8 @@ class Communicator {
   int local_rank_ = 0;
   double timeout_s_;
   std::unique_ptr<Backend> cpu_backend_;
+  std::mutex nccl_mutex_;                 // guards the creation of nccl_
+  std::unique_ptr<NcclBackend> nccl_;     // on the first CUDA tensor
   std::uint64_t next_seq_ = 0;
   std::uint64_t splits_ = 0;
 

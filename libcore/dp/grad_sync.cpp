@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "base/format.hpp"
-#include "kernels/cpu/multi_tensor.hpp"
+#include "kernels/multi_tensor.hpp"
 
 namespace concord::dp {
 namespace {
@@ -41,7 +41,7 @@ void check_grad(std::size_t index, const TensorView& g, const GradSyncOptions& o
   if (g.device.kind != DeviceKind::kCPU)
     fail(StatusCode::kUnavailable, "GradientSynchronizer: gradient ", index, " is on ",
          device_kind_name(g.device.kind), ":", g.device.id,
-         "; CUDA gradients need the CUDA executors, which this build does not include");
+         "; GradientSynchronizer on CUDA gradients is not supported yet; use all_reduce_multi");
   if (o.compress != Compression::kNone && g.dtype != DType::kFloat32)
     invalid_argument("GradientSynchronizer: compression '", compression_name(o.compress),
                      "' applies to float32 gradients, but gradient ", index, " is ",
@@ -282,7 +282,7 @@ void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad)
     settle(bucket.direct_work);  // a failed step's all-reduce may still write it
   } else {
     settle(bucket.work);
-    cpu::pack({&grad, 1}, bucket.buffer.get() + slot.offset * dtype_size(bucket.wire),
+    kernels::pack({&grad, 1}, bucket.buffer.get() + slot.offset * dtype_size(bucket.wire),
               bucket.wire, bucket.pack_scale);
   }
   marked_[index] = grad;
@@ -327,7 +327,7 @@ void GradientSynchronizer::wait() {
     throw;
   }
   for (const Bucket& b : buckets_)
-    if (b.numel != 0) cpu::unpack(b.buffer.get(), b.wire, marked_views(packed_members(b)), 1.0);
+    if (b.numel != 0) kernels::unpack(b.buffer.get(), b.wire, marked_views(packed_members(b)), 1.0);
   start_step();
 }
 

@@ -11,11 +11,15 @@
 
 #include "base/format.hpp"
 #include "kernels/cpu/clones.hpp"
+#include "kernels/cuda/launch.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/half.hpp"
 #include "kernels/metric_functors.hpp"
 
 namespace concord::metrics {
 namespace {
+
+using kernels::device_str;
 
 // ---- messages --------------------------------------------------------------
 
@@ -150,13 +154,8 @@ void check_shape(const char* op, const char* role, const ShapedView& t,
                      shape_str(expected), why);
 }
 
-std::string device_str(Device device) {
-  if (device.kind == DeviceKind::kCPU) return "cpu";
-  return concat(device_kind_name(device.kind), ":", device.id);
-}
-
 // Every input must sit with the state; the state's device picks the
-// executor, and this build has only the CPU ones.
+// executor (on_cuda).
 void check_devices(const char* op, const char* state_role, const ShapedView& state,
                    std::initializer_list<std::pair<const char*, const ShapedView*>> inputs) {
   for (const auto& [role, input] : inputs)
@@ -164,10 +163,9 @@ void check_devices(const char* op, const char* state_role, const ShapedView& sta
       invalid_argument(op, ": ", role, " is on ", device_str(input->view.device), " but ",
                        state_role, " is on ", device_str(state.view.device),
                        "; pass tensors on one device");
-  if (state.view.device.kind != DeviceKind::kCPU)
-    fail(StatusCode::kUnavailable, op, " on ", device_str(state.view.device),
-         " tensors needs the CUDA kernels, which this build does not include");
 }
+
+bool on_cuda(const ShapedView& state) { return state.view.device.kind == DeviceKind::kCUDA; }
 
 void check_threshold(const char* op, double threshold) {
   if (std::isnan(threshold)) invalid_argument(op, ": threshold is nan, expected a number");
@@ -502,7 +500,8 @@ void check_extremum(const char* op, const ShapedView& state, const ShapedView& v
 
 // ---- validation and dispatch -----------------------------------------------
 
-void weighted_sum(const ShapedView& state, const ShapedView& values, const ShapedView* weights) {
+void weighted_sum(const ShapedView& state, const ShapedView& values, const ShapedView* weights,
+                  plugin::Stream stream) {
   constexpr const char* op = "weighted_sum";
   check_dtype(op, "state", state, DType::kFloat64);
   check_shape(op, "state", state, {2});
@@ -512,21 +511,31 @@ void weighted_sum(const ShapedView& state, const ShapedView& values, const Shape
   } else {
     check_devices(op, "state", state, {{"values", &values}});
   }
-  weighted_sum_cpu(values_of(state), values, weights);
+  if (on_cuda(state))
+    cuda::metric_weighted_sum(state.view, values.view,
+                              weights != nullptr ? &weights->view : nullptr, stream);
+  else
+    weighted_sum_cpu(values_of(state), values, weights);
 }
 
-void max_value(const ShapedView& state, const ShapedView& values) {
+void max_value(const ShapedView& state, const ShapedView& values, plugin::Stream stream) {
   check_extremum("max", state, values);
-  extremum_cpu(values_of(state), values, MaxSkippingNaN{});
+  if (on_cuda(state))
+    cuda::metric_max(state.view, values.view, stream);
+  else
+    extremum_cpu(values_of(state), values, MaxSkippingNaN{});
 }
 
-void min_value(const ShapedView& state, const ShapedView& values) {
+void min_value(const ShapedView& state, const ShapedView& values, plugin::Stream stream) {
   check_extremum("min", state, values);
-  extremum_cpu(values_of(state), values, MinSkippingNaN{});
+  if (on_cuda(state))
+    cuda::metric_min(state.view, values.view, stream);
+  else
+    extremum_cpu(values_of(state), values, MinSkippingNaN{});
 }
 
 void confusion_matrix(const ShapedView& confusion, const ShapedView& preds,
-                      const ShapedView& target) {
+                      const ShapedView& target, plugin::Stream stream) {
   constexpr const char* op = "confusion_matrix";
   check_dtype(op, "confusion", confusion, DType::kInt64);
   const auto& cm = confusion.shape;
@@ -548,11 +557,14 @@ void confusion_matrix(const ShapedView& confusion, const ShapedView& preds,
   check_shape(op, "target", target, {ps[0]}, " to match preds");
   check_label_dtype(op, "target", target);
   check_devices(op, "confusion", confusion, {{"preds", &preds}, {"target", &target}});
-  confusion_matrix_cpu(cells_of(confusion), num_classes, preds, target);
+  if (on_cuda(confusion))
+    cuda::metric_confusion_matrix(confusion.view, num_classes, preds.view, target.view, stream);
+  else
+    confusion_matrix_cpu(cells_of(confusion), num_classes, preds, target);
 }
 
 void binary_confusion(const ShapedView& confusion, const ShapedView& preds,
-                      const ShapedView& target, double threshold) {
+                      const ShapedView& target, double threshold, plugin::Stream stream) {
   constexpr const char* op = "binary_confusion";
   check_dtype(op, "confusion", confusion, DType::kInt64);
   check_shape(op, "confusion", confusion, {2, 2});
@@ -563,11 +575,14 @@ void binary_confusion(const ShapedView& confusion, const ShapedView& preds,
   check_label_dtype(op, "target", target);
   check_threshold(op, threshold);
   check_devices(op, "confusion", confusion, {{"preds", &preds}, {"target", &target}});
-  binary_confusion_cpu(cells_of(confusion), preds, target, threshold);
+  if (on_cuda(confusion))
+    cuda::metric_binary_confusion(confusion.view, preds.view, target.view, threshold, stream);
+  else
+    binary_confusion_cpu(cells_of(confusion), preds, target, threshold);
 }
 
 void multilabel_counts(const ShapedView& counts, const ShapedView& preds,
-                       const ShapedView& target, double threshold) {
+                       const ShapedView& target, double threshold, plugin::Stream stream) {
   constexpr const char* op = "multilabel_counts";
   check_dtype(op, "counts", counts, DType::kInt64);
   if (counts.shape.size() != 2 || counts.shape[1] != 4)
@@ -581,11 +596,14 @@ void multilabel_counts(const ShapedView& counts, const ShapedView& preds,
   check_label_dtype(op, "target", target);
   check_threshold(op, threshold);
   check_devices(op, "counts", counts, {{"preds", &preds}, {"target", &target}});
-  multilabel_counts_cpu(cells_of(counts), labels, preds, target, threshold);
+  if (on_cuda(counts))
+    cuda::metric_multilabel_counts(counts.view, labels, preds.view, target.view, threshold, stream);
+  else
+    multilabel_counts_cpu(cells_of(counts), labels, preds, target, threshold);
 }
 
 void topk_correct(const ShapedView& counts, const ShapedView& preds, const ShapedView& target,
-                  std::int64_t k) {
+                  std::int64_t k, plugin::Stream stream) {
   constexpr const char* op = "topk_correct";
   check_dtype(op, "counts", counts, DType::kInt64);
   check_shape(op, "counts", counts, {2});
@@ -600,11 +618,14 @@ void topk_correct(const ShapedView& counts, const ShapedView& preds, const Shape
   check_shape(op, "target", target, {preds.shape[0]}, " to match preds");
   check_label_dtype(op, "target", target);
   check_devices(op, "counts", counts, {{"preds", &preds}, {"target", &target}});
-  topk_correct_cpu(cells_of(counts), preds, target, k);
+  if (on_cuda(counts))
+    cuda::metric_topk_correct(counts.view, num_classes, preds.view, target.view, k, stream);
+  else
+    topk_correct_cpu(cells_of(counts), preds, target, k);
 }
 
 void binary_histogram(const ShapedView& histogram, const ShapedView& scores,
-                      const ShapedView& target) {
+                      const ShapedView& target, plugin::Stream stream) {
   constexpr const char* op = "binary_histogram";
   check_dtype(op, "histogram", histogram, DType::kInt64);
   const auto& hs = histogram.shape;
@@ -617,7 +638,10 @@ void binary_histogram(const ShapedView& histogram, const ShapedView& scores,
   check_shape(op, "target", target, scores.shape, " to match scores");
   check_label_dtype(op, "target", target);
   check_devices(op, "histogram", histogram, {{"scores", &scores}, {"target", &target}});
-  binary_histogram_cpu(cells_of(histogram), hs[1], scores, target);
+  if (on_cuda(histogram))
+    cuda::metric_binary_histogram(histogram.view, hs[1], scores.view, target.view, stream);
+  else
+    binary_histogram_cpu(cells_of(histogram), hs[1], scores, target);
 }
 
 }  // namespace concord::metrics

@@ -258,6 +258,24 @@ CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync);
 /* Waits for bucket all-reduces still in flight first: they use its buffers. */
 CONCORD_API concord_status concord_grad_sync_destroy(concord_grad_sync_t sync);
 
+/* ---- kernels on CUDA tensors: the calling thread's stream ---------------
+ * The kernel calls below (optimizer steps, sum of squares, scale, clipping,
+ * metric updates) run where their tensors live. On CUDA tensors they are
+ * asynchronous: each is enqueued on the calling thread's current stream and
+ * returns without waiting for the device (only concord_sum_of_squares,
+ * which returns a host double, waits for that stream). Validation of
+ * shapes, dtypes, devices and options still happens before anything is
+ * enqueued. The stream is ignored for CPU tensors. Collectives keep their
+ * explicit stream argument. Without a usable CUDA plugin (a CPU-only build,
+ * no driver, no GPU) calls on CUDA tensors give CONCORD_ERR_UNAVAILABLE. */
+
+/* Sets the calling thread's stream (a cudaStream_t) for kernel calls on
+ * CUDA tensors; NULL (the initial value) is the legacy default stream. The
+ * stream must belong to the device of the tensors it is used with. */
+CONCORD_API concord_status concord_set_stream(void* stream);
+/* *stream = the calling thread's stream (NULL: the legacy default stream). */
+CONCORD_API concord_status concord_get_stream(void** stream);
+
 /* ---- data parallel: fused optimizers ------------------------------------ */
 
 typedef struct concord_sgd_options {
@@ -275,9 +293,10 @@ typedef struct concord_sgd_options {
  * dampening 0; nesterov needs momentum > 0). momentum_buffers may be NULL
  * when momentum == 0 (and are ignored then). params[i], grads[i] and
  * buffers[i] share a dtype (float32 or float64; it may differ between i)
- * and a shape, and no two share memory. Options (non-NULL, lr, momentum,
- * weight_decay >= 0, step >= 1) and every tensor are checked before any is
- * written. CPU tensors for now; CUDA tensors give CONCORD_ERR_UNAVAILABLE. */
+ * and a shape, and no two share memory; all are on one device (CPU, or one
+ * CUDA device: then the step is enqueued on the current stream, see
+ * concord_set_stream). Options (non-NULL, lr, momentum, weight_decay >= 0,
+ * step >= 1) and every tensor are checked before any is written. */
 CONCORD_API concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
                                             DLTensor* const* params, const DLTensor* const* grads,
                                             DLTensor* const* momentum_buffers);
@@ -303,21 +322,47 @@ CONCORD_API concord_status concord_adamw_step(const concord_adamw_options* optio
                                               const DLTensor* const* grads, DLTensor* const* exp_avg,
                                               DLTensor* const* exp_avg_sq);
 
-/* Sum of squares of every element of every tensor (any floating dtypes),
- * in one pass with float64 accumulation; the L2 norm is its square root. */
+/* Sum of squares of every element of every tensor (any floating dtypes, all
+ * on one device), in one pass with float64 accumulation; the L2 norm is its
+ * square root. On CUDA tensors this waits for the current stream, to return
+ * the value on the host; concord_sum_of_squares_into does not. */
 CONCORD_API concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
                                                   double* result);
-/* tensors[i] *= scale for every tensor (any floating dtypes), in one call. */
+/* The same sum written (not added) into `result`: a float64 tensor of one
+ * element on the tensors' device, sharing no memory with them. On CUDA
+ * tensors it is enqueued on the current stream, with no host sync. */
+CONCORD_API concord_status concord_sum_of_squares_into(size_t num_tensors,
+                                                       const DLTensor* const* tensors,
+                                                       DLTensor* result);
+/* tensors[i] *= scale for every tensor (any floating dtypes, all on one
+ * device), in one call. */
 CONCORD_API concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale);
+/* Gradient clipping by global norm, torch.nn.utils.clip_grad_norm_'s rule:
+ * tensors[i] *= min(1, max_norm / (sqrt(s) + 1e-6)) with s the value of
+ * `sum_of_squares` (a float64 tensor of one element on the tensors' device,
+ * sharing no memory with them, e.g. from concord_sum_of_squares_into). s is
+ * read where it lives: on CUDA the factor is computed on the device, so
+ * clipping needs no host sync. A NaN s makes every tensor NaN (as torch);
+ * a factor of 1 leaves them untouched. max_norm >= 0 (INFINITY: no
+ * clipping). Works on CPU and CUDA tensors. */
+CONCORD_API concord_status concord_clip_by_sum_of_squares(size_t num_tensors,
+                                                          DLTensor* const* tensors,
+                                                          const DLTensor* sum_of_squares,
+                                                          double max_norm);
 
 /* ---- metrics: update kernels --------------------------------------------
- * States are tensors the caller owns (CPU now, CUDA with the nccl plugin);
- * updates accumulate into them with no communication. Shapes and ranges of
- * the inputs are checked and reported as CONCORD_ERR_INVALID_ARGUMENT, and a
- * failed update leaves the state unchanged. Labels are int8, int32, int64,
- * uint8 or bool; scores and probabilities float16, bfloat16, float32 or
- * float64. CUDA tensors give CONCORD_ERR_UNAVAILABLE in a build without the
- * CUDA kernels. */
+ * States are tensors the caller owns, on the CPU or a CUDA device, with
+ * their inputs on the same device; updates accumulate into them with no
+ * communication. Shapes, dtypes and devices of the inputs are checked and
+ * reported as CONCORD_ERR_INVALID_ARGUMENT, and a failed update leaves the
+ * state unchanged. Labels are int8, int32, int64, uint8 or bool; scores and
+ * probabilities float16, bfloat16, float32 or float64.
+ * On the CPU the input values are checked too (labels in range, binary
+ * labels 0 or 1, histogram scores in [0, 1]). On CUDA tensors an update is
+ * enqueued on the current stream (concord_set_stream) with no host sync,
+ * so those values cannot be checked: samples with invalid values are
+ * skipped, not rejected. CUDA tensors give CONCORD_ERR_UNAVAILABLE without
+ * a usable CUDA plugin. */
 
 /* state (float64, shape [2]) += [sum(values * weights), sum(weights)];
  * weights NULL means 1 per value (state[1] then counts values). Any dtype;
@@ -350,7 +395,8 @@ CONCORD_API concord_status concord_metric_topk_correct(DLTensor* counts, const D
                                                        const DLTensor* target, int64_t k);
 /* histogram (int64, [2, num_bins]): row 0 counts negatives, row 1
  * positives, by bin min(floor(score * num_bins), num_bins - 1) of scores in
- * [0, 1] (a score outside, NaN included, is an error); target (N,) 0/1. */
+ * [0, 1] (a score outside, NaN included, is an error on the CPU and
+ * skipped on CUDA); target (N,) 0/1. */
 CONCORD_API concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
                                                            const DLTensor* target);
 

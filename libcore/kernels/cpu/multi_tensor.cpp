@@ -3,44 +3,13 @@
 #include <cstddef>
 #include <cstring>
 
-#include "base/format.hpp"
 #include "kernels/cpu/clones.hpp"
 #include "kernels/pack.hpp"
 
 namespace concord::cpu {
 namespace {
 
-// ---- validation: everything is checked before anything is written ----------
-
-void check_on_cpu(const char* op, std::size_t index, const TensorView& t) {
-  if (t.device.kind != DeviceKind::kCPU)
-    fail(StatusCode::kUnavailable, op, ": tensor ", index, " is on ",
-         device_kind_name(t.device.kind), ":", t.device.id,
-         "; the CPU executors take CPU tensors only");
-}
-
-void check_floating(const char* op, std::size_t index, const TensorView& t) {
-  check_on_cpu(op, index, t);
-  if (!dtype_is_floating(t.dtype))
-    invalid_argument(op, ": tensor ", index, " is ", dtype_name(t.dtype),
-                     "; only floating dtypes (float16, bfloat16, float32, float64) are supported");
-}
-
 bool is_plain_copy(DType from, DType to, double factor) { return from == to && factor == 1.0; }
-
-void check_conversions(const char* op, std::span<const TensorView> tensors, DType wire_dtype,
-                       double factor) {
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const TensorView& t = tensors[i];
-    check_on_cpu(op, i, t);
-    if (is_plain_copy(t.dtype, wire_dtype, factor)) continue;
-    if (!dtype_is_floating(t.dtype) || !dtype_is_floating(wire_dtype))
-      invalid_argument(op, ": tensor ", i, " is ", dtype_name(t.dtype), " and the buffer is ",
-                       dtype_name(wire_dtype), " with factor ", factor,
-                       ": only floating dtypes convert or scale; other dtypes copy into their "
-                       "own dtype with factor 1");
-  }
-}
 
 // ---- kernels: plain loops over the shared functors ---------------------------
 
@@ -64,7 +33,7 @@ template <DType From>
     case DType::kBFloat16: return cast_run<From, DType::kBFloat16>(in, out, n, factor);
     case DType::kFloat32: return cast_run<From, DType::kFloat32>(in, out, n, factor);
     case DType::kFloat64: return cast_run<From, DType::kFloat64>(in, out, n, factor);
-    default: return;  // rejected by check_conversions
+    default: return;  // rejected by kernels::pack / unpack
   }
 }
 
@@ -75,7 +44,7 @@ CONCORD_CPU_CLONES void cast_floating(DType from, DType to, const void* in, void
     case DType::kBFloat16: return cast_from<DType::kBFloat16>(to, in, out, n, factor);
     case DType::kFloat32: return cast_from<DType::kFloat32>(to, in, out, n, factor);
     case DType::kFloat64: return cast_from<DType::kFloat64>(to, in, out, n, factor);
-    default: return;  // rejected by check_conversions
+    default: return;  // rejected by kernels::pack / unpack
   }
 }
 
@@ -101,7 +70,7 @@ CONCORD_CPU_CLONES void scale_floating(DType dtype, void* data, std::size_t n, d
     case DType::kBFloat16: return scale_run<DType::kBFloat16>(data, n, factor);
     case DType::kFloat32: return scale_run<DType::kFloat32>(data, n, factor);
     case DType::kFloat64: return scale_run<DType::kFloat64>(data, n, factor);
-    default: return;  // rejected by check_floating
+    default: return;  // rejected by kernels::scale
   }
 }
 
@@ -129,7 +98,7 @@ CONCORD_CPU_CLONES double squares_floating(DType dtype, const void* data, std::s
     case DType::kBFloat16: return squares_run<DType::kBFloat16>(data, n);
     case DType::kFloat32: return squares_run<DType::kFloat32>(data, n);
     case DType::kFloat64: return squares_run<DType::kFloat64>(data, n);
-    default: return 0.0;  // rejected by check_floating
+    default: return 0.0;  // rejected by kernels::sum_of_squares
   }
 }
 
@@ -138,7 +107,6 @@ std::size_t count(const TensorView& t) { return static_cast<std::size_t>(t.numel
 }  // namespace
 
 void pack(std::span<const TensorView> tensors, void* wire, DType wire_dtype, double factor) {
-  check_conversions("pack", tensors, wire_dtype, factor);
   auto* out = static_cast<unsigned char*>(wire);
   for (const TensorView& t : tensors) {
     convert(t.dtype, wire_dtype, t.data, out, count(t), factor);
@@ -148,7 +116,6 @@ void pack(std::span<const TensorView> tensors, void* wire, DType wire_dtype, dou
 
 void unpack(const void* wire, DType wire_dtype, std::span<const TensorView> tensors,
             double factor) {
-  check_conversions("unpack", tensors, wire_dtype, factor);
   const auto* in = static_cast<const unsigned char*>(wire);
   for (const TensorView& t : tensors) {
     convert(wire_dtype, t.dtype, in, t.data, count(t), factor);
@@ -157,15 +124,12 @@ void unpack(const void* wire, DType wire_dtype, std::span<const TensorView> tens
 }
 
 void scale(std::span<const TensorView> tensors, double factor) {
-  for (std::size_t i = 0; i < tensors.size(); ++i) check_floating("scale", i, tensors[i]);
   if (factor == 1.0) return;
   for (const TensorView& t : tensors)
     if (t.numel != 0) scale_floating(t.dtype, t.data, count(t), factor);
 }
 
 double sum_of_squares(std::span<const TensorView> tensors) {
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    check_floating("sum_of_squares", i, tensors[i]);
   double total = 0.0;
   for (const TensorView& t : tensors)
     if (t.numel != 0) total += squares_floating(t.dtype, t.data, count(t));

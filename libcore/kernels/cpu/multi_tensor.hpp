@@ -1,6 +1,7 @@
 // Fused multi-tensor CPU executors: one call makes one pass over many
 // tensors, so packing a bucket or scaling every gradient is one call rather
-// than one per tensor. Every tensor is validated before any is touched.
+// than one per tensor. Pure executors: the arguments are validated by the
+// device-neutral front (kernels/multi_tensor.hpp), which is what callers use.
 #pragma once
 
 #include <span>

@@ -1,99 +1,14 @@
 #include "kernels/cpu/optim.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
-#include <initializer_list>
-#include <iterator>
 #include <vector>
 
-#include "base/format.hpp"
 #include "kernels/cpu/clones.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/optim.hpp"
 
-
 namespace concord::cpu {
 namespace {
-
-// ---- validation ---------------------------------------------------------------
-
-void check_finite_at_least(const char* op, const char* name, double value, double low) {
-  if (!std::isfinite(value) || value < low)
-    invalid_argument(op, ": ", name, " must be finite and >= ", low, ", got ", value);
-}
-
-void check_beta(const char* op, const char* name, double beta) {
-  if (!(beta >= 0.0 && beta < 1.0))
-    invalid_argument(op, ": ", name, " must be in [0, 1), got ", beta);
-}
-
-void check_step(const char* op, std::int64_t step) {
-  if (step < 1) invalid_argument(op, ": step must be >= 1 (1 on the first step), got ", step);
-}
-
-void check_options(const SgdOptions& o) {
-  check_finite_at_least("sgd_step", "lr", o.lr, 0.0);
-  check_finite_at_least("sgd_step", "momentum", o.momentum, 0.0);
-  check_finite_at_least("sgd_step", "weight_decay", o.weight_decay, 0.0);
-  if (o.nesterov && o.momentum == 0.0)
-    invalid_argument("sgd_step: nesterov needs a momentum > 0");
-  check_step("sgd_step", o.step);
-}
-
-void check_options(const AdamWOptions& o) {
-  check_finite_at_least("adamw_step", "lr", o.lr, 0.0);
-  check_beta("adamw_step", "beta1", o.beta1);
-  check_beta("adamw_step", "beta2", o.beta2);
-  check_finite_at_least("adamw_step", "eps", o.eps, 0.0);
-  check_finite_at_least("adamw_step", "weight_decay", o.weight_decay, 0.0);
-  check_step("adamw_step", o.step);
-}
-
-struct NamedList {
-  const char* name;
-  std::span<const TensorView> tensors;
-};
-
-bool overlap(const TensorView& a, const TensorView& b) {
-  const auto* a0 = static_cast<const unsigned char*>(a.data);
-  const auto* b0 = static_cast<const unsigned char*>(b.data);
-  return a.numel != 0 && b.numel != 0 && a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
-// lists[0] holds the parameters. Every list has one tensor per parameter,
-// of its dtype and element count, on the CPU. No two share memory: all but
-// the gradients are written, and the loops read each element once.
-void check_tensors(const char* op, std::initializer_list<NamedList> lists) {
-  const NamedList& params = *lists.begin();
-  for (const NamedList& list : lists)
-    if (list.tensors.size() != params.tensors.size())
-      invalid_argument(op, ": ", params.tensors.size(), " ", params.name, " but ",
-                       list.tensors.size(), " ", list.name);
-  for (std::size_t i = 0; i < params.tensors.size(); ++i) {
-    const TensorView& p = params.tensors[i];
-    if (p.device.kind != DeviceKind::kCPU)
-      fail(StatusCode::kUnavailable, op, ": ", params.name, "[", i, "] is on ",
-           device_kind_name(p.device.kind), ":", p.device.id,
-           "; the CPU optimizers take CPU tensors only");
-    if (p.dtype != DType::kFloat32 && p.dtype != DType::kFloat64)
-      invalid_argument(op, ": ", params.name, "[", i, "] is ", dtype_name(p.dtype),
-                       "; the optimizers update float32 or float64 parameters");
-    for (const NamedList& list : lists) {
-      const TensorView& t = list.tensors[i];
-      if (!(t.device == p.device) || t.dtype != p.dtype || t.numel != p.numel)
-        invalid_argument(op, ": ", list.name, "[", i, "] is ", dtype_name(t.dtype), " with ",
-                         t.numel, " elements on ", device_kind_name(t.device.kind), " but ",
-                         params.name, "[", i, "] is ", dtype_name(p.dtype), " with ", p.numel,
-                         " elements on ", device_kind_name(p.device.kind));
-    }
-    for (auto a = lists.begin(); a != lists.end(); ++a)
-      for (auto b = std::next(a); b != lists.end(); ++b)
-        if (overlap(a->tensors[i], b->tensors[i]))
-          invalid_argument(op, ": ", a->name, "[", i, "] and ", b->name, "[", i,
-                           "] share memory; every state needs its own buffer");
-  }
-}
 
 // ---- SGD --------------------------------------------------------------------------
 
@@ -177,13 +92,7 @@ void* at(const TensorView& t, std::size_t begin, std::size_t elem) {
 
 void sgd_step(const SgdOptions& options, std::span<const TensorView> params,
               std::span<const TensorView> grads, std::span<const TensorView> momentum_buffers) {
-  check_options(options);
   const bool momentum = options.momentum != 0.0;
-  if (momentum)
-    check_tensors("sgd_step", {{"params", params}, {"grads", grads},
-                               {"momentum_buffers", momentum_buffers}});
-  else
-    check_tensors("sgd_step", {{"params", params}, {"grads", grads}});
   for_each_range(sizes_of(params), [&](std::size_t i, std::size_t begin, std::size_t end) {
     const std::size_t elem = dtype_size(params[i].dtype);
     sgd_tensor(options, params[i].dtype, at(params[i], begin, elem), at(grads[i], begin, elem),
@@ -194,9 +103,6 @@ void sgd_step(const SgdOptions& options, std::span<const TensorView> params,
 void adamw_step(const AdamWOptions& options, std::span<const TensorView> params,
                 std::span<const TensorView> grads, std::span<const TensorView> exp_avg,
                 std::span<const TensorView> exp_avg_sq) {
-  check_options(options);
-  check_tensors("adamw_step", {{"params", params}, {"grads", grads}, {"exp_avg", exp_avg},
-                               {"exp_avg_sq", exp_avg_sq}});
   for_each_range(sizes_of(params), [&](std::size_t i, std::size_t begin, std::size_t end) {
     const std::size_t elem = dtype_size(params[i].dtype);
     adamw_tensor(options, params[i].dtype, at(params[i], begin, elem), at(grads[i], begin, elem),

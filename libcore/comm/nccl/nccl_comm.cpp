@@ -1,0 +1,322 @@
+#include "comm/nccl/nccl_comm.hpp"
+
+#include <string>
+#include <utility>
+
+#include "plugin/plugin_errors.hpp"
+
+namespace concord::nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sets the calling thread's CUDA device for a scope.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
+      cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+  static void check(cudaError_t error, const char* what) {
+    if (error != cudaSuccess)
+      plugin::raise(error == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory
+                                                       : StatusCode::kInternal,
+                    std::string(what) + ": " + cudaGetErrorString(error));
+  }
+
+ private:
+  int previous_ = -1;
+};
+
+void check_cuda(cudaError_t error, const char* what) { DeviceGuard::check(error, what); }
+
+// NCCL failures caused by the network or a peer leave the other ranks to
+// blame; the rest are bugs or misuse here.
+StatusCode code_of(ncclResult_t result) {
+  return (result == ncclRemoteError || result == ncclSystemError) ? StatusCode::kRemote
+                                                                  : StatusCode::kInternal;
+}
+
+std::string seconds(double s) {
+  std::string text = std::to_string(s);
+  while (text.size() > 1 && text.back() == '0') text.pop_back();
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text + " s";
+}
+
+}  // namespace
+
+CudaState cuda_state() {
+  CudaState state;
+  cudaRuntimeGetVersion(&state.runtime_version);
+  if (cudaDriverGetVersion(&state.driver_version) != cudaSuccess || state.driver_version == 0) {
+    state.problem = "no CUDA driver (libcuda.so.1) was found";
+    return state;
+  }
+  const cudaError_t error = cudaGetDeviceCount(&state.device_count);
+  if (error != cudaSuccess) {
+    state.device_count = 0;
+    state.problem = std::string("the CUDA driver reports no usable device: ") +
+                    cudaGetErrorString(error);
+  } else if (state.device_count == 0) {
+    state.problem = "the CUDA driver reports no device";
+  }
+  return state;
+}
+
+NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, double timeout_s)
+    : lib_(require_library()), device_(device), timeout_s_(timeout_s) {
+  const CudaState cuda = cuda_state();
+  if (cuda.device_count == 0) plugin::raise(StatusCode::kUnavailable, "nccl: " + cuda.problem);
+  if (device < 0 || device >= cuda.device_count)
+    plugin::raise(StatusCode::kInvalidArgument, "nccl: cuda:" + std::to_string(device) +
+                                                    " does not exist (" +
+                                                    std::to_string(cuda.device_count) +
+                                                    " devices)");
+  DeviceGuard guard(device_);
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreate");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // so that a missing peer ends in a timeout, not a hang
+  ncclUniqueId unique = id;
+  const ncclResult_t result = lib_.CommInitRankConfig(&comm_, nranks, unique, rank, &config);
+  try {
+    settle(comm_, result, "ncclCommInitRankConfig");
+  } catch (...) {
+    if (comm_ != nullptr) lib_.CommAbort(comm_);
+    cudaEventDestroy(ready_event_);
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+  start();
+}
+
+NcclComm::NcclComm(ncclComm_t comm, int device, double timeout_s)
+    : lib_(require_library()), comm_(comm), device_(device), timeout_s_(timeout_s) {
+  DeviceGuard guard(device_);
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  check_cuda(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreate");
+  start();
+}
+
+void NcclComm::start() { watchdog_ = std::thread([this] { watch(); }); }
+
+NcclComm::~NcclComm() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  // The watchdog leaves once every pending operation ended or timed out
+  // (and aborted the communicator), so this is bounded by the timeout.
+  if (watchdog_.joinable()) watchdog_.join();
+  try {
+    DeviceGuard guard(device_);
+    std::lock_guard enqueue_lock(enqueue_mutex_);
+    if (comm_ != nullptr) {
+      bool finalized = false;
+      try {
+        settle(comm_, lib_.CommFinalize(comm_), "ncclCommFinalize");
+        finalized = true;
+      } catch (const Error&) {
+      }
+      if (comm_ != nullptr) {
+        if (finalized)
+          lib_.CommDestroy(comm_);
+        else
+          lib_.CommAbort(comm_);
+        comm_ = nullptr;
+      }
+    }
+    for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+    if (ready_event_ != nullptr) cudaEventDestroy(ready_event_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  } catch (...) {
+    // Destruction never throws; the device is gone or the context broken.
+  }
+}
+
+void NcclComm::settle(ncclComm_t comm, ncclResult_t result, const char* what) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  ncclResult_t state = result;
+  while (true) {
+    if (state == ncclSuccess || state == ncclInProgress) {
+      if (comm == nullptr) return;
+      if (lib_.CommGetAsyncError(comm, &state) != ncclSuccess) state = ncclInternalError;
+      if (state == ncclSuccess) return;
+    }
+    if (state != ncclInProgress) {
+      const char* detail = lib_.GetLastError(comm);
+      throw Error(code_of(state), std::string(what) + " failed: " + lib_.GetErrorString(state) +
+                                      (detail && *detail ? std::string(" (") + detail + ")" : ""));
+    }
+    if (Clock::now() > deadline)
+      throw Error(StatusCode::kTimeout, std::string(what) + " did not finish within " +
+                                            seconds(timeout_s_) +
+                                            " (a peer is missing or stuck)");
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclComm::check_usable() const {
+  std::lock_guard lock(mutex_);
+  if (failure_)
+    throw Error(failure_->code,
+                "the nccl communicator is unusable after an earlier failure: " + failure_->message);
+}
+
+cudaEvent_t NcclComm::take_event() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!spare_events_.empty()) {
+      cudaEvent_t event = spare_events_.back();
+      spare_events_.pop_back();
+      return event;
+    }
+  }
+  cudaEvent_t event = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  return event;
+}
+
+NcclComm* NcclComm::split(int color, int key) {
+  std::lock_guard enqueue_lock(enqueue_mutex_);
+  check_usable();
+  if (lib_.CommSplit == nullptr)
+    plugin::raise(StatusCode::kUnavailable, "split: NCCL " + version_string(lib_.version) +
+                                                " has no ncclCommSplit (NCCL 2.18 or newer)");
+  DeviceGuard guard(device_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t child = nullptr;
+  const ncclResult_t result =
+      lib_.CommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+  try {
+    settle(comm_, result, "ncclCommSplit");
+    if (child != nullptr) settle(child, ncclSuccess, "ncclCommSplit");
+  } catch (const Error& e) {
+    if (child != nullptr) lib_.CommAbort(child);
+    throw;
+  }
+  if (child == nullptr) return nullptr;
+  try {
+    return new NcclComm(child, device_, timeout_s_);
+  } catch (...) {
+    lib_.CommAbort(child);
+    throw;
+  }
+}
+
+void NcclComm::enqueue(const char* op, std::uint64_t seq, plugin::Stream caller,
+                       const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call,
+                       plugin::Completion done, void* user) {
+  std::lock_guard enqueue_lock(enqueue_mutex_);
+  check_usable();
+  DeviceGuard guard(device_);
+  const auto caller_stream = static_cast<cudaStream_t>(caller);
+  const std::string label = std::string(op) + " #" + std::to_string(seq);
+  check_cuda(cudaEventRecord(ready_event_, caller_stream), "cudaEventRecord on the caller's stream");
+  check_cuda(cudaStreamWaitEvent(stream_, ready_event_, 0), "cudaStreamWaitEvent");
+  try {
+    settle(comm_, call(comm_, stream_), label.c_str());
+  } catch (const Error& e) {
+    abort_locked(e.code(), e.what());
+    throw;
+  }
+  cudaEvent_t finished = take_event();
+  check_cuda(cudaEventRecord(finished, stream_), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(caller_stream, finished, 0),
+             "cudaStreamWaitEvent on the caller's stream");
+  {
+    std::lock_guard lock(mutex_);
+    pending_.push_back(Pending{finished, op, seq, done, user, Clock::now()});
+  }
+  changed_.notify_all();
+}
+
+void NcclComm::abort(StatusCode code, const std::string& reason) noexcept {
+  std::lock_guard enqueue_lock(enqueue_mutex_);
+  abort_locked(code, reason);
+}
+
+void NcclComm::abort_locked(StatusCode code, const std::string& reason) noexcept {
+  std::deque<Pending> cancelled;
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_) return;
+    failure_ = Status{code, reason};
+    cancelled.swap(pending_);
+    for (const Pending& p : cancelled) spare_events_.push_back(p.done_event);
+  }
+  changed_.notify_all();
+  if (comm_ != nullptr) {
+    lib_.CommAbort(comm_);  // makes the kernels of this communicator return
+    comm_ = nullptr;
+  }
+  for (const Pending& p : cancelled)
+    if (p.done != nullptr) p.done(p.user, static_cast<int>(code), reason.c_str());
+}
+
+void NcclComm::watch() {
+  if (cudaSetDevice(device_) != cudaSuccess) return;
+  std::unique_lock lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
+    if (pending_.empty()) return;  // stopping, nothing left to follow
+    const cudaEvent_t event = pending_.front().done_event;
+    lock.unlock();
+    const cudaError_t state = cudaEventQuery(event);
+    lock.lock();
+    if (pending_.empty() || pending_.front().done_event != event) continue;  // aborted meanwhile
+    if (state == cudaSuccess) {
+      Pending finished = std::move(pending_.front());
+      pending_.pop_front();
+      spare_events_.push_back(finished.done_event);
+      if (!pending_.empty()) pending_.front().since = Clock::now();
+      lock.unlock();
+      if (finished.done != nullptr) finished.done(finished.user, 0, "");
+      lock.lock();
+      continue;
+    }
+    const Pending& oldest = pending_.front();
+    const std::string label = oldest.op + " #" + std::to_string(oldest.seq);
+    std::optional<Status> failure;
+    if (state != cudaErrorNotReady) {
+      failure = Status{StatusCode::kInternal,
+                       label + " failed on cuda:" + std::to_string(device_) + ": " +
+                           cudaGetErrorString(state) + "; the communicator was aborted"};
+    } else {
+      ncclResult_t async = ncclSuccess;
+      ncclComm_t comm = comm_;
+      if (comm != nullptr && lib_.CommGetAsyncError(comm, &async) == ncclSuccess &&
+          async != ncclSuccess && async != ncclInProgress)
+        failure = Status{code_of(async), label + " failed: NCCL reported " +
+                                             lib_.GetErrorString(async) +
+                                             "; the communicator was aborted"};
+      else if (Clock::now() - oldest.since > std::chrono::duration<double>(timeout_s_))
+        failure = Status{StatusCode::kTimeout,
+                         label + " did not finish within " + seconds(timeout_s_) +
+                             " on nccl (cuda:" + std::to_string(device_) +
+                             "); a peer is missing or stuck; the communicator was aborted"};
+    }
+    if (failure) {
+      lock.unlock();
+      abort(failure->code, failure->message);
+      lock.lock();
+      continue;
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    lock.lock();
+  }
+}
+
+}  // namespace concord::nccl
