@@ -244,7 +244,15 @@ cdef extern from "concord/concord.h" nogil:
                                       DLTensor** exp_avg, DLTensor** exp_avg_sq)
     concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor** tensors,
                                           double* result)
+    concord_status concord_sum_of_squares_into(size_t num_tensors, const DLTensor** tensors,
+                                               DLTensor* result)
     concord_status concord_scale(size_t num_tensors, DLTensor** tensors, double scale)
+    concord_status concord_clip_by_sum_of_squares(size_t num_tensors, DLTensor** tensors,
+                                                  const DLTensor* sum_of_squares, double max_norm)
+
+    # the calling thread's CUDA stream for kernel calls
+    concord_status concord_set_stream(void* stream)
+    concord_status concord_get_stream(void** stream)
 
     # metrics: update kernels
     concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,

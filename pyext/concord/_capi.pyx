@@ -11,12 +11,14 @@ cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, intptr_t
 from posix.unistd cimport getpid
 
 import enum
 
 import numpy as np
+
+from ._streams import consumer_stream
 
 cnp.import_array()
 
@@ -148,6 +150,10 @@ cdef class _Tensor:
     cdef DLManagedTensorVersioned* managed_versioned
     cdef bint read_only
     cdef bint copied
+    # The CUDA stream the data was made ready on (the array's framework's
+    # current stream, see _streams.py); 0 on the CPU and for the legacy
+    # default stream. Work on the array is enqueued on it.
+    cdef intptr_t stream
     cdef int64_t strides[cnp.NPY_MAXDIMS]  # element strides of a NumPy array
 
     def __dealloc__(self):
@@ -214,19 +220,29 @@ cdef int _fill_from_numpy(_Tensor t, cnp.ndarray array, str role) except -1:
     return 0
 
 
-cdef object _export_dlpack(object array, str role):
+cdef object _export_dlpack(_Tensor t, object array, str role):
     exporter = getattr(array, "__dlpack__", None)
     if exporter is None:
         raise _invalid(f"{role} is a {type(array).__module__}.{type(array).__qualname__}, "
                        "neither a NumPy array nor an object with __dlpack__")
+    # DLPack's stream handshake: a CUDA producer makes its data ready on the
+    # stream we name, which is the one we then enqueue on.
+    kwargs = {}
+    device = getattr(array, "__dlpack_device__", None)
+    if device is not None:
+        device_type, device_id = device()
+        if device_type == kDLCUDA or device_type == kDLCUDAManaged:
+            t.stream = consumer_stream(array, device_id)
+            # 0 is not a valid DLPack stream; 1 names the legacy default stream.
+            kwargs["stream"] = t.stream if t.stream != 0 else 1
     try:
-        return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION))
+        return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION), **kwargs)
     except TypeError:  # a producer older than DLPack 1.0
-        return exporter()
+        return exporter(**kwargs)
 
 
 cdef int _fill_from_dlpack(_Tensor t, object array, str role) except -1:
-    cdef object capsule = _export_dlpack(array, role)
+    cdef object capsule = _export_dlpack(t, array, role)
     cdef DLManagedTensorVersioned* versioned
     cdef DLManagedTensor* legacy
     cdef unsigned int major
@@ -321,6 +337,16 @@ cdef _TensorList _import_list(object arrays, str role, bint writable):
         result.tensors.append(t)
         result.ptrs[i] = &t.dl
     return result
+
+
+cdef inline void* _list_stream(_TensorList tensors):
+    """The stream of a call's first tensor (they share a device): where the
+    kernels of a call on CUDA tensors are enqueued."""
+    cdef _Tensor first
+    if tensors.count == 0:
+        return NULL
+    first = tensors.tensors[0]
+    return <void*>first.stream
 
 
 cdef _Tensor _import_state(object state, str role):
@@ -645,8 +671,8 @@ cdef class Comm:
 
     # Collectives: `out` is the result buffer, allocated by the caller (the
     # input itself for in place). They return `out`, or a Work when async_op.
-    # The stream is NULL: on CUDA that is the default stream, the one
-    # __dlpack__() without a stream argument makes the data ready on.
+    # On CUDA they are enqueued on the input's stream (_Tensor.stream), which
+    # waits for the result: the call returns without waiting on the device.
 
     def all_reduce(self, x, out, op, bint async_op):
         cdef concord_reduce_op code = <concord_reduce_op>_reduce_op(op)
@@ -657,7 +683,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_all_reduce(handle, &send.dl, &recv.dl, code, NULL, work_p)
+            status = concord_all_reduce(handle, &send.dl, &recv.dl, code, <void*>send.stream, work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
@@ -670,7 +696,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_all_gather(handle, &send.dl, &recv.dl, NULL, work_p)
+            status = concord_all_gather(handle, &send.dl, &recv.dl, <void*>send.stream, work_p)
         check_status(status)
         if async_op:
             return Work._wrap(work, self, (send, recv), out, finish)
@@ -685,7 +711,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_reduce_scatter(handle, &send.dl, &recv.dl, code, NULL, work_p)
+            status = concord_reduce_scatter(handle, &send.dl, &recv.dl, code, <void*>send.stream, work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
@@ -697,7 +723,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_broadcast(handle, &send.dl, &recv.dl, root, NULL, work_p)
+            status = concord_broadcast(handle, &send.dl, &recv.dl, root, <void*>send.stream, work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
@@ -711,8 +737,9 @@ cdef class Comm:
         cdef concord_work_t work = NULL
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
+        cdef void* stream = _list_stream(tensors)
         with nogil:
-            status = concord_all_reduce_multi(handle, tensors.ptrs, tensors.count, code, NULL,
+            status = concord_all_reduce_multi(handle, tensors.ptrs, tensors.count, code, stream,
                                               work_p)
         check_status(status)
         return Work._wrap(work, self, (tensors,), arrays, None) if async_op else arrays
@@ -894,6 +921,7 @@ cdef class GradSync:
         cdef _Tensor t = _import_state(grad, "grad")
         cdef concord_status status
         with nogil:
+            concord_set_stream(<void*>t.stream)
             status = concord_grad_sync_mark_ready(handle, index, &t.dl)
         check_status(status)
         self.marked[index] = t
@@ -901,7 +929,13 @@ cdef class GradSync:
     def wait(self):
         cdef concord_grad_sync_t handle = self._checked()
         cdef concord_status status
+        cdef void* stream = NULL
+        cdef _Tensor first
+        if self.marked:
+            first = next(iter(self.marked.values()))
+            stream = <void*>first.stream
         with nogil:
+            concord_set_stream(stream)
             status = concord_grad_sync_wait(handle)
         self.marked = {}
         check_status(status)
@@ -941,7 +975,9 @@ def sgd_step(params, grads, momentum_buffers, double lr, double momentum=0.0,
     options.weight_decay = weight_decay
     options.nesterov = nesterov
     options.step = step
+    cdef void* stream = _list_stream(p)
     with nogil:
+        concord_set_stream(stream)
         status = concord_sgd_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs, b_ptrs)
     check_status(status)
 
@@ -966,7 +1002,9 @@ def adamw_step(params, grads, exp_avg, exp_avg_sq, double lr, double beta1=0.9,
     options.eps = eps
     options.weight_decay = weight_decay
     options.step = step
+    cdef void* stream = _list_stream(p)
     with nogil:
+        concord_set_stream(stream)
         status = concord_adamw_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs,
                                     m.ptrs, v.ptrs)
     check_status(status)
@@ -977,17 +1015,46 @@ def sum_of_squares(arrays):
     cdef _TensorList t = _import_list(arrays, "arrays", False)
     cdef double result = 0.0
     cdef concord_status status
+    cdef void* stream = _list_stream(t)
     with nogil:
+        concord_set_stream(stream)
         status = concord_sum_of_squares(t.count, <const DLTensor**>t.ptrs, &result)
     check_status(status)
     return result
+
+
+def sum_of_squares_into(arrays, result):
+    """Writes the sum of squares of every element of every array into
+    `result` (float64, one element, on the arrays' device); on CUDA with no
+    host synchronisation."""
+    cdef _TensorList t = _import_list(arrays, "arrays", False)
+    cdef _Tensor r = _import_state(result, "result")
+    cdef concord_status status
+    with nogil:
+        concord_set_stream(<void*>r.stream)
+        status = concord_sum_of_squares_into(t.count, <const DLTensor**>t.ptrs, &r.dl)
+    check_status(status)
+
+
+def clip_by_sum_of_squares(arrays, sum_of_squares, double max_norm):
+    """Multiplies every array in place by min(1, max_norm / (sqrt(s) + 1e-6)),
+    s read where it lives (on the device for CUDA arrays)."""
+    cdef _TensorList t = _import_list(arrays, "arrays", True)
+    cdef _Tensor s = _import(sum_of_squares, "sum_of_squares")
+    cdef concord_status status
+    with nogil:
+        concord_set_stream(<void*>s.stream)
+        status = concord_clip_by_sum_of_squares(t.count, t.ptrs, &s.dl, max_norm)
+    check_status(status)
 
 
 def scale(arrays, double factor):
     """Multiplies every array by factor, in place."""
     cdef _TensorList t = _import_list(arrays, "arrays", True)
     cdef concord_status status
+    cdef void* stream = _list_stream(t)
     with nogil:
+        concord_set_stream(stream)
         status = concord_scale(t.count, t.ptrs, factor)
     check_status(status)
 
@@ -1002,6 +1069,7 @@ def metric_weighted_sum(state, values, weights=None):
     cdef const DLTensor* w_p = NULL if w is None else &w.dl
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>s.stream)
         status = concord_metric_weighted_sum(&s.dl, &v.dl, w_p)
     check_status(status)
 
@@ -1011,6 +1079,7 @@ def metric_max(state, values):
     cdef _Tensor v = _import(values, "values")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>s.stream)
         status = concord_metric_max(&s.dl, &v.dl)
     check_status(status)
 
@@ -1020,6 +1089,7 @@ def metric_min(state, values):
     cdef _Tensor v = _import(values, "values")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>s.stream)
         status = concord_metric_min(&s.dl, &v.dl)
     check_status(status)
 
@@ -1030,6 +1100,7 @@ def metric_confusion_matrix(confusion, preds, target):
     cdef _Tensor t = _import(target, "target")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>c.stream)
         status = concord_metric_confusion_matrix(&c.dl, &p.dl, &t.dl)
     check_status(status)
 
@@ -1040,6 +1111,7 @@ def metric_binary_confusion(confusion, preds, target, double threshold=0.5):
     cdef _Tensor t = _import(target, "target")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>c.stream)
         status = concord_metric_binary_confusion(&c.dl, &p.dl, &t.dl, threshold)
     check_status(status)
 
@@ -1050,6 +1122,7 @@ def metric_multilabel_counts(counts, preds, target, double threshold=0.5):
     cdef _Tensor t = _import(target, "target")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>c.stream)
         status = concord_metric_multilabel_counts(&c.dl, &p.dl, &t.dl, threshold)
     check_status(status)
 
@@ -1060,6 +1133,7 @@ def metric_topk_correct(counts, preds, target, int64_t k=1):
     cdef _Tensor t = _import(target, "target")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>c.stream)
         status = concord_metric_topk_correct(&c.dl, &p.dl, &t.dl, k)
     check_status(status)
 
@@ -1070,5 +1144,6 @@ def metric_binary_histogram(histogram, scores, target):
     cdef _Tensor t = _import(target, "target")
     cdef concord_status status
     with nogil:
+        concord_set_stream(<void*>h.stream)
         status = concord_metric_binary_histogram(&h.dl, &p.dl, &t.dl)
     check_status(status)

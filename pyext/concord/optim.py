@@ -29,7 +29,7 @@ import numpy as np
 import optree
 
 from . import _capi, collectives
-from .arrays import namespace
+from .arrays import device, namespace, on_cuda
 from .data_parallel import ShardedArray
 from .mesh import axis_comm
 
@@ -193,26 +193,54 @@ class AdamW(_Optimizer):
                 f"weight_decay={self.weight_decay})")
 
 
-def _sharded_sum_of_squares(sharded: list, comm) -> float:
-    """Sum of squares of the full arrays behind ShardedArray leaves: each
-    rank's local squares, summed over the communicator of the axis each leaf
-    is sharded on (or `comm`): one small all-reduce per communicator."""
+def _shard_groups(sharded: list, comm) -> list:
+    """(communicator, local shards) pairs: ShardedArray leaves grouped by the
+    communicator of the axis each is sharded on (or `comm`)."""
     groups: dict = {}
     for leaf in sharded:
         over = axis_comm(leaf.axis_name) if comm is None else comm
         groups.setdefault(id(over), (over, []))[1].append(leaf.local)
+    return list(groups.values())
+
+
+def _sharded_sum_of_squares(sharded: list, comm) -> float:
+    """Sum of squares of the full arrays behind ShardedArray leaves: each
+    rank's local squares, summed over the communicator of the axis each leaf
+    is sharded on (or `comm`): one small all-reduce per communicator."""
     total = 0.0
-    for over, shards in groups.values():
+    for over, shards in _shard_groups(sharded, comm):
         partial = np.array([_capi.sum_of_squares(shards)])
         collectives.all_reduce(partial, comm=over, out=partial)
         total += float(partial[0])
     return total
 
 
-def clip_grad_norm(grads, max_norm: float, *, comm=None) -> float:
+def _clip_on_device(leaves, sharded, replicated, max_norm, comm):
+    """clip_grad_norm for CUDA leaves with no host synchronisation: the sum
+    of squares stays in a one-element float64 array on the device, the
+    shards' partial sums are all-reduced there, and the clipping factor is
+    computed by the kernel that applies it. Returns the norm as a 0-d array
+    of the leaves' type."""
+    first = local(leaves[0])
+    xp = namespace(first)
+    total = xp.zeros((1,), dtype=xp.float64, device=device(first))
+    if replicated:
+        _capi.sum_of_squares_into(replicated, total)
+    for over, shards in _shard_groups(sharded, comm):
+        partial = xp.empty((1,), dtype=xp.float64, device=device(first))
+        _capi.sum_of_squares_into(shards, partial)
+        collectives.all_reduce(partial, comm=over, out=partial)
+        total = total + partial
+    _capi.clip_by_sum_of_squares([local(leaf) for leaf in leaves], total, max_norm)
+    return xp.sqrt(total)[0]
+
+
+def clip_grad_norm(grads, max_norm: float, *, comm=None):
     """Scales `grads` in place so their global L2 norm is at most `max_norm`
     (as torch.nn.utils.clip_grad_norm_: by max_norm / (norm + 1e-6) when that
-    is below 1) and returns the norm before clipping, a float.
+    is below 1) and returns the norm before clipping: a float for host
+    arrays; for CUDA arrays a 0-d array of their type on their device, as
+    nothing here waits for the device (``float(norm)`` does).
 
     The norm covers every leaf in one fused pass (float64 accumulation).
     Leaves that are ShardedArray hold a shard of a larger gradient: their
@@ -227,6 +255,8 @@ def clip_grad_norm(grads, max_norm: float, *, comm=None) -> float:
     leaves, _ = flatten(grads)
     sharded = [leaf for leaf in leaves if _is_sharded(leaf)]
     replicated = [leaf for leaf in leaves if not _is_sharded(leaf)]
+    if leaves and on_cuda(local(leaves[0])):
+        return _clip_on_device(leaves, sharded, replicated, max_norm, comm)
     squares = _capi.sum_of_squares(replicated) if replicated else 0.0
     if sharded:
         squares += _sharded_sum_of_squares(sharded, comm)
@@ -235,4 +265,3 @@ def clip_grad_norm(grads, max_norm: float, *, comm=None) -> float:
     if coefficient < 1.0:
         _capi.scale([local(leaf) for leaf in leaves], coefficient)
     return norm
-
