@@ -10,6 +10,12 @@ Two APIs:
   (d9d, torchmetrics): Metric and its implementations, MetricCollection
   (see concord.metrics_base for the lifecycle and how the synced totals
   and the local window are kept apart).
+
+Both work where the data lives: metric states live in the array library
+and on the device of a metric's first inputs (NumPy on the host, torch or
+CuPy on their device; see concord.metrics_base), updates never wait for
+the device, and functional reductions return each leaf's own type on its
+own device.
 """
 
 from .metrics_aggregation import Cat, Max, Mean, Min, Sum, WeightedMean

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _capi
-from .arrays import as_array
 from .metrics_base import Metric, to_numpy
 
 __all__ = ["Cat", "Max", "Mean", "Min", "Sum", "WeightedMean"]
@@ -20,12 +21,11 @@ class _Totals(Metric):
         self._add_state("totals", "sum", (2,))
 
     def _add(self, values, weights=None):
-        self._begin_update()
-        _capi.metric_weighted_sum(self._window["totals"], as_array(values),
-                                  None if weights is None else as_array(weights))
+        values, weights = self._begin_update(values, weights)
+        _capi.metric_weighted_sum(self._window["totals"], values, weights)
 
     def _mean(self):
-        total, weight = self._value("totals")
+        total, weight = self._host("totals")
         return self._ratio(total, weight)
 
 
@@ -59,7 +59,7 @@ class Sum(_Totals):
         self._add(values)
 
     def _compute(self):
-        return float(self._value("totals")[0])
+        return float(self._host("totals")[0])
 
 
 class Max(Metric):
@@ -74,11 +74,11 @@ class Max(Metric):
         self._add_state("value", self._op, (1,))
 
     def update(self, values):
-        self._begin_update()
-        self._kernel(self._window["value"], as_array(values))
+        (values,) = self._begin_update(values)
+        self._kernel(self._window["value"], values)
 
     def _compute(self):
-        return float(self._value("value")[0])
+        return float(self._host("value")[0])
 
 
 class Min(Max):
@@ -94,8 +94,9 @@ class Cat(Metric):
 
     Values are cast to `dtype` and split into rows of `item_shape` (scalars
     by default, so any input is flattened). Ranks may add different numbers
-    of rows; a sync gathers them (it does not reduce). compute() returns a
-    NumPy array of shape (rows, *item_shape)."""
+    of rows; a sync gathers them (it does not reduce). compute() returns an
+    array of the metric's home (NumPy for NumPy inputs, torch for torch
+    inputs, on their device) of shape (rows, *item_shape)."""
 
     def __init__(self, dtype=np.float64, item_shape=()):
         super().__init__()
@@ -105,13 +106,20 @@ class Cat(Metric):
         self._add_state("values", "cat", self._item_shape, dtype)
 
     def update(self, values):
-        self._begin_update()
-        array = to_numpy(values)
+        (values,) = self._begin_update(values)
+        xp = self._where.xp
+        array = to_numpy(values) if xp is np else values
+        shape = tuple(array.shape)
         size = int(np.prod(self._item_shape, dtype=np.int64))
-        if array.size % size:
-            raise ValueError(f"Cat.update: values of shape {array.shape} do not split into rows "
+        if math.prod(shape) % size:
+            raise ValueError(f"Cat.update: values of shape {shape} do not split into rows "
                              f"of shape {self._item_shape}; expected (N, *{self._item_shape})")
-        rows = array.astype(self._specs["values"].dtype, copy=True).reshape(-1, *self._item_shape)
+        spec = self._specs["values"]
+        if xp is np:
+            rows = array.astype(spec.dtype, copy=True).reshape(-1, *self._item_shape)
+        else:  # a copy in the home: the caller may reuse its array
+            rows = xp.reshape(xp.astype(array, spec.dtype_in(xp), copy=True),
+                              (-1, *self._item_shape))
         self._window["values"].append(rows)
 
     def _compute(self):

@@ -17,9 +17,42 @@ counting. ``compute()`` reads ``synced`` combined with the current window
 unsynced data). Metrics never sync on their own: call ``sync()`` (or
 ``trigger_sync()`` / ``wait_sync()``) before ``compute()`` for global values.
 
-States live in NumPy arrays on the host; inputs are NumPy arrays, Python
-sequences or any CPU DLPack array (torch, JAX), handed to the C update
-kernels without a copy.
+States live where the inputs live (the metric's "home"): in the array
+library and on the device of the first update's inputs. NumPy arrays,
+Python values and host DLPack arrays that are not of an array-API library
+(and JAX arrays on the host: JAX arrays cannot be updated in place) give
+NumPy states on the host, as before; torch or CuPy arrays give states of
+that library on that array's device (torch CPU tensors: torch CPU states;
+torch CUDA tensors: torch CUDA states on that GPU). The C update kernels
+read the inputs and write the states through DLPack without copies; on a
+GPU they run asynchronously on the library's current stream, so update()
+never waits for the device: it reads shapes, dtypes and devices, never
+data. Checks of the data (labels in range, probabilities in [0, 1]) run on
+host homes only; on a GPU the kernels skip such samples instead.
+
+A fresh metric has no home: it holds NumPy identity states until its
+first update, which fixes the home. States that still hold no data are
+then allocated anew in the home (no host-to-device copy); states that do
+(loaded by load_state_dict(), or synced, before any update) are copied
+there, so nothing is lost. Later updates whose arrays are of another
+library or device raise ValueError naming both, before anything is
+written. Within one update, NumPy arrays beside host arrays of another
+library (torch CPU scores with NumPy labels, say) are host data that joins
+that library's home, as the kernels read both where they are; beside
+device arrays they are refused. Plain Python values (scalars, lists) carry
+no home and are converted into the metric's (copied to the device for a
+GPU home). reset() keeps the home.
+
+compute() returns array results (ConfusionMatrix, Cat, per-class scores)
+as arrays of the home and scalar results as Python floats; it may wait for
+the device. state_dict() always returns host NumPy copies
+(np.savez-able); load_state_dict() checks the values as NumPy arrays and
+places them in the metric's home.
+
+A sync needs every rank to hold each state in the same kind of place (the
+host, or a GPU): a rank whose metric never saw an update holds host states,
+so a rank without data should still update with empty arrays of its
+device, or a sync with GPU peers raises MismatchError.
 """
 
 from __future__ import annotations
@@ -27,7 +60,11 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from array_api_compat import device as array_device
+from array_api_compat import is_jax_array, is_torch_array
 
+from ._host import device_key, is_host, to_host
+from .arrays import namespace
 from .metrics_sync import Entry, StateSpec, start_sync
 
 __all__ = ["Metric", "to_numpy"]
@@ -42,24 +79,112 @@ def to_numpy(x):
     return np.asarray(x)
 
 
-def _fresh_window(spec):
+class _Home:
+    """Where a metric's states live: an array namespace and a device."""
+
+    __slots__ = ("xp", "device", "name", "on_host")
+
+    def __init__(self, xp, device, name, on_host):
+        self.xp = xp
+        self.device = device
+        self.name = name
+        self.on_host = on_host
+
+    def same(self, other):
+        return self.xp is other.xp and str(self.device) == str(other.device)
+
+    def put(self, array):
+        """A copy of a host NumPy array in this home (the array itself for NumPy)."""
+        if self.xp is np:
+            return array
+        return self.xp.asarray(array, device=self.device, copy=True)
+
+    def take(self, array):
+        """Host input data (a NumPy array) as an array of this home: shared,
+        not copied, where the home is on the host."""
+        if self.xp is np:
+            return array
+        if not self.on_host:
+            return self.put(array)
+        if not array.flags.writeable:  # libraries warn on sharing read-only memory
+            array = array.copy()
+        return self.xp.asarray(array)
+
+
+NUMPY_HOME = _Home(np, "cpu", "NumPy arrays (host)", True)
+
+
+# Homes by (array type, device): where an array lives is then read once per
+# kind of input, not on every update (DLPack's device query is slow in torch).
+_homes = {}
+
+
+def _home_of(x):
+    """The home of an update input: None for plain Python values, which
+    carry none; raises ValueError for arrays no metric state can live with."""
+    if isinstance(x, (np.ndarray, np.generic)):
+        return NUMPY_HOME
+    if not hasattr(x, "__dlpack__"):
+        return None
+    key = home = None
+    device = getattr(x, "device", None)
+    if device is not None and not callable(device):  # older JAX: a method
+        try:
+            key = (type(x), device)
+            home = _homes.get(key)
+        except TypeError:  # not hashable
+            key = None
+    if home is None:
+        home = _find_home(x)
+        if key is not None:
+            _homes[key] = home
+    return home
+
+
+def _find_home(x):
+    library = type(x).__module__.split(".")[0]
+    if is_jax_array(x):
+        if is_host(x):
+            return NUMPY_HOME  # immutable: read by the kernels, states kept in NumPy
+        raise ValueError(f"metrics: JAX arrays on {device_key(x)[0]} cannot hold metric states "
+                         "(they are immutable); pass torch or CuPy arrays, or host arrays")
+    try:
+        xp = namespace(x)
+    except TypeError:  # not an array-API library: read through DLPack, as before
+        if is_host(x):
+            return NUMPY_HOME
+        raise ValueError(f"metrics: {library} arrays on {device_key(x)[0]} are not of an "
+                         "array-API library (array-api-compat); metric states cannot live "
+                         "with them") from None
+    device = array_device(x)
+    return _Home(xp, device, f"{library} arrays on {device}", is_host(x))
+
+
+def _fresh_window(spec, home):
     # A cat window collects the rows of each update; they are joined once,
     # when the window is read or sent.
-    return [] if spec.op == "cat" else spec.identity()
+    return [] if spec.op == "cat" else spec.identity(home.xp, home.device)
 
 
 class Metric:
     """Base class of the metrics: named states, each with a reduce op.
 
     Subclasses declare states with ``_add_state`` in ``__init__``, start
-    ``update`` with ``self._begin_update()`` and add into
-    ``self._window[name]``, and implement ``_compute`` from ``self._value(name)``.
+    ``update`` with ``inputs = self._begin_update(*inputs)`` and add into
+    ``self._window[name]`` (with the C kernels, or the home's array-API
+    namespace ``self._where.xp``, never reading device data), and implement
+    ``_compute`` from ``self._value(name)`` (in the home) or
+    ``self._host(name)`` (a host NumPy copy, for scalar results).
     """
 
     def __init__(self):
         self._specs = {}
         self._synced = {}
         self._window = {}
+        self._home = None  # fixed by the first update; NumPy states until then
+        # Whether the states hold only their identities, never data (the
+        # home is then taken by allocating them anew, not by copying).
+        self._pristine = True
         self._pending = None  # (PendingSync, entries) between trigger and wait
         # Window arrays back from a finished sync, cleared for the next
         # window: large states (a 1000-class confusion matrix) are not
@@ -72,20 +197,116 @@ class Metric:
         spec = StateSpec(op, tuple(shape), np.dtype(dtype))
         self._specs[name] = spec
         self._synced[name] = spec.identity()
-        self._window[name] = _fresh_window(spec)
+        self._window[name] = _fresh_window(spec, NUMPY_HOME)
 
-    def _begin_update(self):
+    @property
+    def _where(self):
+        """The home, or NumPy while there is none."""
+        return self._home or NUMPY_HOME
+
+    def _input_home(self, inputs):
+        """The home of an update's inputs (None entries skipped), or None
+        when all are plain Python values.
+
+        It is the home of the arrays of libraries other than NumPy, which
+        must share it. NumPy arrays (and other host data that gives NumPy
+        homes) beside them are host data the kernels read as they are: they
+        join a host home, and are refused beside device arrays. Arrays of
+        NumPy only give the NumPy home."""
+        found = None
+        host_data = None
+        for x in inputs:
+            home = None if x is None else (NUMPY_HOME if type(x) is np.ndarray else _home_of(x))
+            if home is None:
+                continue
+            if home is NUMPY_HOME:
+                host_data = home
+            elif found is None:
+                found = home
+            elif not home.same(found):
+                raise ValueError(f"{type(self).__name__}.update: the inputs mix {found.name} and "
+                                 f"{home.name}; pass arrays of one library on one device")
+        if found is None:
+            return host_data
+        if host_data is not None and not found.on_host:
+            raise ValueError(f"{type(self).__name__}.update: the inputs mix {found.name} and "
+                             f"{host_data.name}; pass arrays of one library on one device")
+        return found
+
+    def _check_home(self, inputs):
+        """Raises ValueError unless the inputs can update this metric; returns
+        their home (the metric's own, or the one they would give it)."""
+        home = self._input_home(inputs)
+        if home is None:
+            return self._where
+        if self._home is not None and not home.same(self._home):
+            raise ValueError(f"{type(self).__name__}.update: the inputs are {home.name} but the "
+                             f"states are {self._home.name} (the home fixed by the first update; "
+                             "reset() keeps it); pass arrays of that library on that device")
+        return home
+
+    def _begin_update(self, *inputs):
+        """Checks that the metric can take an update and that the inputs
+        share its home (fixing it at the first update); returns the inputs
+        as arrays the kernels and the home's namespace take: host data and
+        plain Python values in a home of another library converted (without
+        a copy where possible), None kept."""
         self._check_idle("update")
+        home = self._check_home(inputs)
+        if self._home is None:
+            self._adopt(home)
+        converted = []
+        for x in inputs:
+            if x is None or (type(x) is np.ndarray and home.xp is np):
+                pass
+            elif home.xp is np:
+                if not hasattr(x, "__dlpack__"):
+                    x = np.asarray(x)
+            elif is_torch_array(x) and home.xp is namespace(x):
+                if x.requires_grad:  # metrics take no gradients; DLPack refuses such tensors
+                    x = x.detach()
+            elif not (hasattr(x, "__dlpack__") and _home_of(x) is not NUMPY_HOME):
+                x = home.take(to_numpy(x))
+            converted.append(x)
+        return converted
+
+    def _adopt(self, home):
+        """Moves the states into `home` (the first update's)."""
+        if home.xp is not np:
+            for name, spec in self._specs.items():
+                if self._pristine:
+                    self._synced[name] = spec.identity(home.xp, home.device)
+                    self._window[name] = _fresh_window(spec, home)
+                    continue
+                self._synced[name] = home.put(self._synced[name])
+                window = self._window[name]
+                self._window[name] = ([home.put(part) for part in window] if spec.op == "cat"
+                                      else home.put(window))
+            self._spare = {}
+        self._home = home
 
     def _window_value(self, name):
         window = self._window[name]
-        if self._specs[name].op != "cat":
+        spec = self._specs[name]
+        if spec.op != "cat":
             return window
-        return np.concatenate([self._specs[name].identity(), *window])
+        home = self._where
+        if home.xp is np:
+            return np.concatenate([spec.identity(), *window])
+        return home.xp.concat([spec.identity(home.xp, home.device), *window])
 
     def _value(self, name):
         """The state over the synced data and this rank's current window."""
         return self._specs[name].combine(self._synced[name], self._window_value(name))
+
+    def _host(self, name):
+        """_value(name) as a host NumPy array (waits for device states)."""
+        value = self._value(name)
+        return value if isinstance(value, np.ndarray) else to_host(value)
+
+    def _to_home(self, array):
+        """A host NumPy result as an array of the home."""
+        return self._where.put(array)
 
     def _ratio(self, numerator, denominator):
         """numerator / denominator as a float; NaN with a RuntimeWarning when
@@ -119,7 +340,7 @@ class Metric:
 
     def _next_window(self, name):
         spare = self._spare.pop(name, None)
-        return _fresh_window(self._specs[name]) if spare is None else spare
+        return _fresh_window(self._specs[name], self._where) if spare is None else spare
 
     # ---- public lifecycle
 
@@ -149,6 +370,7 @@ class Metric:
         for entry in entries:
             name = entry.key[-1]
             self._synced[name] = entry.spec.fold(self._synced[name], results[entry.key])
+            self._pristine = False
             if entry.spec.op != "cat":
                 entry.spec.clear(entry.window)
                 self._spare[name] = entry.window
@@ -166,23 +388,29 @@ class Metric:
     def reset(self):
         """Forgets all data, synced and local."""
         self._check_idle("reset")
+        home = self._where
         for name, spec in self._specs.items():
-            self._synced[name] = spec.identity()
-            self._window[name] = _fresh_window(spec)
+            self._synced[name] = spec.identity(home.xp, home.device)
+            self._window[name] = _fresh_window(spec, home)
+        self._pristine = True
 
     def state_dict(self):
         """{"metric": class name, "synced": {state: array}, "window": {state:
-        array}}: copies of both parts, NumPy arrays only (np.savez-able)."""
+        array}}: copies of both parts, host NumPy arrays only (np.savez-able),
+        whatever the home (device states are copied back, which waits for them)."""
         self._check_idle("state_dict")
         return {
             "metric": type(self).__name__,
-            "synced": {name: array.copy() for name, array in self._synced.items()},
-            "window": {name: np.array(self._window_value(name)) for name in self._specs},
+            "synced": {name: to_host(array) for name, array in self._synced.items()},
+            "window": {name: to_host(self._window_value(name)) for name in self._specs},
         }
 
     def load_state_dict(self, state_dict):
         """Restores both parts from state_dict(); raises ValueError when the
-        states do not match this metric's names, shapes or dtypes."""
+        states do not match this metric's names, shapes or dtypes. The values
+        (arrays of any library) are checked as host NumPy copies and placed in
+        the metric's home (NumPy while it has none; the first update then
+        moves them to its inputs' home)."""
         self._check_idle("load_state_dict")
         kind = state_dict.get("metric", type(self).__name__)
         if kind != type(self).__name__:
@@ -193,15 +421,18 @@ class Metric:
             if set(loaded) != set(self._specs):
                 raise ValueError(f"state_dict[{part!r}] has states {sorted(loaded)}, "
                                  f"expected {sorted(self._specs)}")
-        self._synced = synced
-        self._window = {n: [a] if self._specs[n].op == "cat" else a for n, a in window.items()}
+        home = self._where
+        self._synced = {n: home.put(a) for n, a in synced.items()}
+        self._window = {n: [home.put(a)] if self._specs[n].op == "cat" else home.put(a)
+                        for n, a in window.items()}
+        self._pristine = False
 
     def _checked_state(self, name, array, part):
         spec = self._specs.get(name)
         if spec is None:
             raise ValueError(f"state_dict[{part!r}] has an unknown state {name!r}; "
                              f"expected {sorted(self._specs)}")
-        array = np.array(to_numpy(array), copy=True)
+        array = to_host(array)
         expected = spec.shape
         if spec.op == "cat":  # any number of rows
             expected = (array.shape[0] if array.ndim else "rows", *spec.shape)

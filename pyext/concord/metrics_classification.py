@@ -10,8 +10,11 @@ Inputs, per task:
   0/1; ``num_classes`` is the number of labels L.
 
 Labels are int8/int32/int64/uint8/bool arrays; scores float16/bfloat16/
-float32/float64. A wrong shape, dtype or out-of-range label raises
-ValueError naming what was expected, before the state changes.
+float32/float64. A wrong shape or dtype raises ValueError naming what was
+expected, before the state changes; so does an out-of-range label on the
+host. On a GPU the data is never read on the host: samples with an
+out-of-range label (or a binary label other than 0 / 1, or an AUROC score
+outside [0, 1]) are skipped, not counted.
 
 Zero division: a per-class score whose denominator is zero (precision of a
 class never predicted, recall of a class never in the target) is NaN. The
@@ -22,7 +25,8 @@ weighs each class by its support (its count in the target), zero-division
 classes counting 0. When an average itself has nothing to divide by (no
 samples yet, or no class occurs), compute() returns NaN with a
 RuntimeWarning. ``average="none"`` returns the per-class scores, NaN
-entries included, without a warning.
+entries included, without a warning, as a float64 array of the metric's
+home (NumPy for NumPy inputs, torch for torch inputs, on their device).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import warnings
 import numpy as np
 
 from . import _capi
-from .arrays import as_array
 from .metrics_base import Metric, to_numpy
 
 __all__ = ["Accuracy", "BinaryAUROC", "ConfusionMatrix", "F1Score", "FBetaScore", "Precision",
@@ -85,8 +88,7 @@ class _ClassCounts(Metric):
             self._add_state("confusion", "sum", (self.num_classes,) * 2, np.int64)
 
     def update(self, preds, target):
-        self._begin_update()
-        preds, target = as_array(preds), as_array(target)
+        preds, target = self._begin_update(preds, target)
         if self.task == "binary":
             _capi.metric_binary_confusion(self._window["confusion"], preds, target, self.threshold)
         elif self.task == "multiclass":
@@ -99,8 +101,8 @@ class _ClassCounts(Metric):
         """(tp, fp, fn, tn) per class, as float64 arrays; for binary, of the
         positive class only."""
         if self.task == "multilabel":
-            return tuple(self._value("counts").T.astype(np.float64))
-        cm = self._value("confusion").astype(np.float64)
+            return tuple(self._host("counts").T.astype(np.float64))
+        cm = self._host("confusion").astype(np.float64)
         if self.task == "binary":
             return tuple(np.array([v]) for v in (cm[1, 1], cm[0, 1], cm[1, 0], cm[0, 0]))
         tp = np.diag(cm)
@@ -112,16 +114,20 @@ class _ClassCounts(Metric):
 class ConfusionMatrix(_ClassCounts):
     """Counts of (target, prediction) pairs, int64: (C, C) for multiclass
     and (2, 2) for binary (row = target, column = prediction); for
-    multilabel (L, 2, 2), per label [[tn, fp], [fn, tp]]."""
+    multilabel (L, 2, 2), per label [[tn, fp], [fn, tp]]. An array of the
+    metric's home: NumPy for NumPy inputs, torch for torch inputs (on their
+    device)."""
 
     def __init__(self, num_classes=None, task="multiclass", threshold=0.5):
         super().__init__(task, num_classes, threshold)
 
     def _compute(self):
         if self.task != "multilabel":
-            return self._value("confusion").copy()
-        tp, fp, fn, tn = self._value("counts").T
-        return np.stack([tn, fp, fn, tp], axis=1).reshape(-1, 2, 2)
+            return self._value("confusion")  # a new array (synced + window)
+        counts = self._value("counts")  # per label [tp, fp, fn, tn]
+        xp = self._where.xp
+        tn, fp, fn, tp = (counts[:, j] for j in (3, 1, 2, 0))
+        return xp.reshape(xp.stack([tn, fp, fn, tp], axis=1), (-1, 2, 2))
 
 
 class _Score(_ClassCounts):
@@ -149,7 +155,7 @@ class _Score(_ClassCounts):
         defined = den > 0
         scores = np.divide(num, den, out=np.full(num.shape, np.nan), where=defined)
         if self.average == "none":
-            return scores
+            return self._to_home(scores)
         weights = (tp + fp + fn > 0) if self.average == "macro" else tp + fn
         weights = weights.astype(np.float64)
         return self._ratio((weights * np.where(defined, scores, 0.0)).sum(), weights.sum())
@@ -229,8 +235,7 @@ class Accuracy(Metric):
             self._add_state("counts", "sum", (self.num_classes, 4), np.int64)
 
     def update(self, preds, target):
-        self._begin_update()
-        preds, target = as_array(preds), as_array(target)
+        preds, target = self._begin_update(preds, target)
         if self.task == "binary":
             _capi.metric_binary_confusion(self._window["confusion"], preds, target, self.threshold)
         elif self.task == "multilabel":
@@ -238,34 +243,67 @@ class Accuracy(Metric):
         elif len(preds.shape) == 2:
             _check_scores("Accuracy", preds, self.num_classes)
             _capi.metric_topk_correct(self._window["correct"], preds, target, self.top_k)
-        else:
+        elif self._where.xp is np:
             self._window["correct"] += self._label_counts(to_numpy(preds), to_numpy(target))
+        else:
+            self._window["correct"] += self._label_counts_in_home(preds, target)
 
-    def _label_counts(self, preds, target):
-        """[correct, N] of label predictions, checked like the kernels check."""
+    def _check_labels(self, preds, target, is_integer):
+        """Raises ValueError unless preds and target are (N,) integer labels
+        (from their shapes and dtypes only)."""
         expected = f"expected (N,) labels or (N, {self.num_classes}) scores, with target (N,)"
-        if preds.ndim != 1 or preds.shape != target.shape:
-            raise ValueError(f"Accuracy: preds has shape {preds.shape} and target {target.shape}; "
+        p_shape, t_shape = tuple(preds.shape), tuple(target.shape)
+        if len(p_shape) != 1 or p_shape != t_shape:
+            raise ValueError(f"Accuracy: preds has shape {p_shape} and target {t_shape}; "
                              + expected)
         if self.top_k != 1:
             raise ValueError(f"Accuracy: top_k={self.top_k} needs (N, {self.num_classes}) scores, "
-                             f"got labels of shape {preds.shape}")
+                             f"got labels of shape {p_shape}")
         for role, labels in (("preds", preds), ("target", target)):
-            if labels.dtype.kind not in "iub":
+            if not is_integer(labels.dtype):
                 raise ValueError(f"Accuracy: {role} labels have dtype {labels.dtype}, expected "
                                  "an integer dtype")
+
+    def _check_range(self, preds, target):
+        """Raises ValueError when NumPy labels fall outside [0, C)."""
+        for role, labels in (("preds", preds), ("target", target)):
             if labels.size and not (labels.min() >= 0 and labels.max() < self.num_classes):
                 raise ValueError(f"Accuracy: {role} holds labels outside [0, {self.num_classes})")
+
+    def _label_counts(self, preds, target):
+        """[correct, N] of NumPy label predictions, checked like the kernels check."""
+        self._check_labels(preds, target, lambda dtype: dtype.kind in "iub")
+        self._check_range(preds, target)
         return np.array([np.count_nonzero(preds == target), preds.size], np.int64)
+
+    def _label_counts_in_home(self, preds, target):
+        """[correct, N] of label predictions of the home's namespace, as an
+        array of the home, computed there: on the host the labels are
+        checked as the kernels check them; on a device their values are not
+        read (no host synchronisation) and, as in the kernels, samples with
+        a label outside [0, C) are skipped."""
+        xp = self._where.xp
+        self._check_labels(preds, target,
+                           lambda dtype: xp.isdtype(dtype, ("bool", "signed integer",
+                                                            "unsigned integer")))
+        if self._where.on_host:
+            self._check_range(to_numpy(preds), to_numpy(target))
+        return self._count_labels(xp, preds, target)
+
+    def _count_labels(self, xp, preds, target):
+        p, t = xp.astype(preds, xp.int64), xp.astype(target, xp.int64)
+        valid = (p >= 0) & (p < self.num_classes) & (t >= 0) & (t < self.num_classes)
+        correct = xp.sum(xp.astype(valid & (p == t), xp.int64))
+        return xp.stack([correct, xp.sum(xp.astype(valid, xp.int64))])
 
     def _compute(self):
         if self.task == "binary":
-            cm = self._value("confusion")
+            cm = self._host("confusion")
             return self._ratio(np.trace(cm), cm.sum())
         if self.task == "multiclass":
-            correct, total = self._value("correct")
+            correct, total = self._host("correct")
             return self._ratio(correct, total)
-        counts = self._value("counts")
+        counts = self._host("counts")
         return self._ratio(counts[:, 0].sum() + counts[:, 3].sum(), counts.sum())
 
 
@@ -286,12 +324,11 @@ class BinaryAUROC(Metric):
 
     def update(self, preds, target):
         """preds (N,) scores in [0, 1]; target (N,) 0/1 labels."""
-        self._begin_update()
-        _capi.metric_binary_histogram(self._window["histogram"], as_array(preds),
-                                      as_array(target))
+        preds, target = self._begin_update(preds, target)
+        _capi.metric_binary_histogram(self._window["histogram"], preds, target)
 
     def _compute(self):
-        negatives, positives = self._value("histogram").astype(np.float64)
+        negatives, positives = self._host("histogram").astype(np.float64)
         n_pos, n_neg = positives.sum(), negatives.sum()
         if n_pos == 0 or n_neg == 0:
             warnings.warn("BinaryAUROC.compute(): the data has no positives or no negatives; "

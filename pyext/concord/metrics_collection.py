@@ -4,6 +4,14 @@ One sync of a collection issues one collective per reduce op for all of its
 metrics: every sum state of every metric in one all_reduce_multi, every max
 in one, every min in one, every Cat state in one all-gather (after the small
 header exchange that checks every rank holds the same metrics).
+
+Members keep their own homes (see concord.metrics_base): they may live in
+different array libraries and on different devices, say a NumPy Cat of
+sample ids beside torch CUDA counts. A sync reduces each device's states in
+their own collectives: one per reduce op and device (host states, NumPy
+and torch alike, together; GPU states through NCCL). Ranks must agree on
+which states are on the host and which on a GPU (the sync's fingerprint
+includes it: MismatchError otherwise).
 """
 
 from __future__ import annotations
@@ -49,7 +57,12 @@ class MetricCollection(Mapping):
         return f"MetricCollection({', '.join(f'{n}={type(m).__name__}' for n, m in self.items())})"
 
     def update(self, *args, **kwargs):
-        """Updates every metric with the same arguments."""
+        """Updates every metric with the same arguments. Inputs of another
+        home than a member's raise ValueError before any member is updated."""
+        inputs = (*args, *kwargs.values())
+        for metric in self._metrics.values():
+            metric._check_idle("update")
+            metric._check_home(inputs)
         for metric in self._metrics.values():
             metric.update(*args, **kwargs)
 

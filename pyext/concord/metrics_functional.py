@@ -1,17 +1,21 @@
 """Functional reductions of metric pytrees across ranks (the datarax API).
 
 ``metrics`` is any pytree (dict, list, tuple, namedtuple, nested; None
-leaves pass through) whose leaves are arrays (NumPy or CPU DLPack: torch,
-JAX) or Python / NumPy scalars. Leaves are reduced element-wise across the
+leaves pass through) whose leaves are arrays (NumPy, torch, CuPy, JAX, or
+any CPU DLPack array) or Python / NumPy scalars. torch and CuPy leaves are
+reduced where they live (a GPU's through NCCL, on the library's current
+stream, with no host synchronisation); the other leaves as host NumPy
+copies. Leaves are reduced element-wise across the
 ranks of ``axis_name`` (None: the whole world; with a mesh active, one of its
 axes; with no mesh, any name means the whole world). Every rank must pass
 the same structure with the same shapes and dtypes.
 
 Each call issues one fused collective per reduce op, whatever the number
-of leaves (``all_reduce_multi``: one collective per dtype underneath), and
-never writes the caller's leaves. Results come back in each leaf's own
-type: NumPy arrays as NumPy, torch tensors as torch, NumPy scalars as NumPy
-scalars, Python scalars as Python scalars.
+of leaves and device (``all_reduce_multi``: one collective per dtype
+underneath), and never writes the caller's leaves. Results come back in
+each leaf's own type and on its device: NumPy arrays as NumPy, torch
+tensors as torch (CUDA ones on their GPU), NumPy scalars as NumPy scalars,
+Python scalars as Python scalars.
 
 Dtype rules: integer arrays reduce in their dtype ("mean" is the exact mean
 truncated toward zero, as integer division); Python ints and bools averaged
@@ -20,14 +24,17 @@ come back as floats; bools summed come back as ints (counts).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 import optree
+from array_api_compat import device as array_device
+from array_api_compat import is_jax_array, is_torch_array
 
 from . import collectives
+from ._host import device_key, to_host
 from .arrays import namespace
-from .metrics_base import to_numpy
 
 __all__ = [
     "all_gather",
@@ -53,14 +60,34 @@ def _comm(axis_name):
     return axis_comm(axis_name)
 
 
+def _own_namespace(leaf):
+    """The namespace of a leaf reduced in its own library on its own device
+    (torch, CuPy: array-API arrays that can be written in place), or None
+    for a leaf reduced as a host NumPy copy (NumPy arrays and scalars,
+    Python scalars, JAX arrays, other DLPack arrays)."""
+    if (isinstance(leaf, (np.ndarray, np.generic)) or not hasattr(leaf, "__dlpack__")
+            or is_jax_array(leaf)):
+        return None
+    try:
+        return namespace(leaf)
+    except TypeError:
+        return None
+
+
+def _bad_leaf(leaf, dtype):
+    return ValueError(f"metrics: cannot reduce a leaf of type {type(leaf).__name__} "
+                      f"(dtype {dtype}); expected numbers or numeric arrays")
+
+
 def _host_copy(leaf, op=None):
     """A fresh contiguous NumPy copy of `leaf` that `op` can reduce in place
     (bools become int64 for "sum", float64 for "mean"; Python ints become
     float64 for "mean")."""
-    array = np.array(to_numpy(leaf), copy=True, order="C")
+    array = to_host(leaf)
+    if not array.flags.c_contiguous:
+        array = np.array(array, order="C")
     if array.dtype.kind not in "biuf":
-        raise ValueError(f"metrics: cannot reduce a leaf of type {type(leaf).__name__} "
-                         f"(dtype {array.dtype}); expected numbers or numeric arrays")
+        raise _bad_leaf(leaf, array.dtype)
     if op == "sum" and array.dtype.kind == "b":
         return array.astype(np.int64)
     if op == "mean" and (array.dtype.kind == "b" or isinstance(leaf, int)):
@@ -68,15 +95,47 @@ def _host_copy(leaf, op=None):
     return array
 
 
+def _device_copy(leaf, xp, op=None):
+    """A fresh contiguous copy of an array leaf in its own namespace, on its
+    own device, that `op` can reduce in place (bools become int64 for "sum",
+    float64 for "mean"). Reads no data on the host."""
+    if is_torch_array(leaf):
+        leaf = leaf.detach()
+    dtype = leaf.dtype
+    if not xp.isdtype(dtype, ("bool", "integral", "real floating")):
+        raise _bad_leaf(leaf, dtype)
+    if op in ("sum", "mean") and dtype == xp.bool:
+        dtype = xp.int64 if op == "sum" else xp.float64
+    shape = tuple(leaf.shape)
+    flat = xp.reshape(leaf, (-1,))  # row-major; copies only a non-contiguous leaf
+    return xp.reshape(xp.astype(flat, dtype, copy=True), shape)
+
+
+def _copy(leaf, op=None):
+    """The buffer a leaf is reduced in: in its own namespace on its own
+    device where it can be, else a host NumPy copy."""
+    xp = _own_namespace(leaf)
+    return _host_copy(leaf, op) if xp is None else _device_copy(leaf, xp, op)
+
+
 def _restore(leaf, array):
-    """`array` (a NumPy result for `leaf`) in the leaf's own type."""
+    """`array` (the result for `leaf`, from its buffer) in the leaf's own type."""
     if isinstance(leaf, _PYTHON_SCALARS):
         return array.item()
     if isinstance(leaf, np.generic):
         return array[()]
-    if isinstance(leaf, np.ndarray):
-        return array
-    return namespace(leaf).asarray(array)
+    if isinstance(leaf, np.ndarray) or not isinstance(array, np.ndarray):
+        return array  # already of the leaf's type, on its device
+    return namespace(leaf).asarray(array, device=array_device(leaf))
+
+
+def _by_key(items, key):
+    """Indices of `items` grouped by key(item), groups in order of first
+    appearance (the same on every rank: ranks pass the same structure)."""
+    groups = {}
+    for i, item in enumerate(items):
+        groups.setdefault(key(item), []).append(i)
+    return groups
 
 
 def _op_of(path, reduce_fn):
@@ -100,17 +159,26 @@ def _checked_reduce_fn(reduce_fn):
 
 def _reduce(leaves, ops, axis_name):
     """The leaves reduced by their ops (None: passed through), one
-    all_reduce_multi per op, all in flight together."""
-    buffers = [None if op is None else _host_copy(leaf, op) for leaf, op in zip(leaves, ops)]
-    groups = {op: [b for b, o in zip(buffers, ops) if o == op] for op in OPS}
-    groups = {op: group for op, group in groups.items() if group}
+    all_reduce_multi per op and device (host leaves in one, GPU leaves in
+    another), all in flight together."""
+    buffers = [None if op is None else _copy(leaf, op) for leaf, op in zip(leaves, ops)]
+    reduced = [i for i, op in enumerate(ops) if op is not None]
+    groups = _by_key(reduced, lambda i: (OPS.index(ops[i]), device_key(buffers[i])))
     if groups:
         comm = _comm(axis_name)
-        works = [comm._handle.all_reduce_multi(group, op, True) for op, group in groups.items()]
+        works = [comm._handle.all_reduce_multi([buffers[reduced[j]] for j in members],
+                                               OPS[op_index], True)
+                 for (op_index, _), members in sorted(groups.items(), key=_group_order)]
         for work in works:
             work.wait()
     return [leaf if op is None else _restore(leaf, buffer)
             for leaf, op, buffer in zip(leaves, ops, buffers)]
+
+
+def _group_order(item):
+    """Groups by op (in OPS order), then by first appearance."""
+    (op_index, _), members = item
+    return op_index, members[0]
 
 
 def reduce_custom(metrics, reduce_fn=None, *, axis_name=None):
@@ -161,26 +229,31 @@ def reduce_sum_collective(metrics, axis_name="batch"):
 
 
 def _gather_leaves(leaves, axis_name):
-    """Every leaf of every rank as a NumPy array (ranks, *shape): one
-    all-gather per dtype, the leaves of a dtype packed into one buffer."""
-    host = [_host_copy(leaf) for leaf in leaves]
-    by_dtype = {}
-    for i, array in enumerate(host):
-        by_dtype.setdefault(array.dtype, []).append(i)
-    if not host:
+    """Every leaf of every rank as an array (ranks, *shape): NumPy for host
+    copies, the leaf's own namespace on its device otherwise; one
+    all-gather per device, library and dtype, the leaves packed into one
+    buffer."""
+    copies = [_copy(leaf) for leaf in leaves]
+    if not copies:
         return []
+    groups = _by_key(copies, lambda c: (device_key(c), namespace(c), c.dtype))
     comm = _comm(axis_name)
-    works = {dtype: collectives.all_gather(
-                 np.concatenate([host[i].reshape(-1) for i in members]), tiled=False, comm=comm,
-                 async_op=True)
-             for dtype, members in by_dtype.items()}
-    stacked = [None] * len(host)
-    for dtype, members in by_dtype.items():
-        gathered = works[dtype].wait()
+    works = {}
+    for key, members in groups.items():
+        xp = key[1]
+        flat = [xp.reshape(copies[i], (-1,)) for i in members]
+        packed = np.concatenate(flat) if xp is np else xp.concat(flat)
+        works[key] = collectives.all_gather(packed, tiled=False, comm=comm, async_op=True)
+    stacked = [None] * len(copies)
+    for key, members in groups.items():
+        xp = key[1]
+        gathered = works[key].wait()
+        ranks = gathered.shape[0]
         offset = 0
         for i in members:
-            size = host[i].size
-            stacked[i] = gathered[:, offset:offset + size].reshape(len(gathered), *host[i].shape)
+            shape = tuple(copies[i].shape)
+            size = math.prod(shape)
+            stacked[i] = xp.reshape(gathered[:, offset:offset + size], (ranks, *shape))
             offset += size
     return stacked
 

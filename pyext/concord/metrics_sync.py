@@ -8,6 +8,17 @@ all-gather of a header makes ranks agree: it carries a fingerprint of the
 states (names, reduce ops, shapes, dtypes) and the row counts of the cat
 states, so ranks holding different metrics get ``MismatchError`` instead of
 a hang or a silently wrong sum.
+
+States may be arrays of any library with in-place updates (NumPy, torch,
+CuPy) on the host or a GPU. The collectives take them through DLPack, so
+each rank's states are reduced where they live: the states of one device
+(all host ones, NumPy and torch alike; the ones of a GPU) go in one
+collective per reduce op, CUDA ones through NCCL, on the array library's
+current stream. The fingerprint includes whether each state is on the host
+or a GPU, so ranks holding one state in different places get
+MismatchError rather than collectives that never meet. Everything done to
+the states here runs in their own library on their own device, and no
+device data is read on the host.
 """
 
 from __future__ import annotations
@@ -16,20 +27,35 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+from array_api_compat import device as array_device
 
 from . import collectives, world
+from ._host import device_key
+from .arrays import namespace
 from .errors import MismatchError
 
-__all__ = ["Entry", "PendingSync", "StateSpec", "start_sync"]
+__all__ = ["Entry", "PendingSync", "StateSpec", "array_home", "start_sync"]
 
 REDUCE_OPS = ("sum", "max", "min")
 OPS = (*REDUCE_OPS, "cat")
 
 
+def array_home(array):
+    """(namespace, device) of an array: (numpy, None) for NumPy arrays."""
+    if isinstance(array, np.ndarray):
+        return np, None
+    return namespace(array), array_device(array)
+
+
 @dataclass(frozen=True)
 class StateSpec:
     """One metric state: its reduce op, shape (for "cat": the shape of one
-    row) and dtype."""
+    row) and dtype (a NumPy dtype; states of another library have the
+    dtype of the same name there).
+
+    Each method works on the states' own namespace: ``identity`` allocates
+    in the namespace and on the device it is given (NumPy by default); the
+    others follow their arguments."""
 
     op: str
     shape: tuple
@@ -42,34 +68,62 @@ class StateSpec:
         info = np.iinfo(self.dtype)
         return info.min if self.op == "max" else info.max
 
-    def identity(self):
-        """A new state holding no data: the identity of its reduce op."""
+    def dtype_in(self, xp):
+        """This state's dtype in the namespace `xp`."""
+        return self.dtype if xp is np else getattr(xp, self.dtype.name)
+
+    def identity(self, xp=np, device=None):
+        """A new state holding no data (the identity of its reduce op), in
+        namespace `xp` on `device`."""
+        if xp is np:
+            if self.op == "cat":
+                return np.empty((0, *self.shape), self.dtype)
+            if self.op == "sum":
+                return np.zeros(self.shape, self.dtype)
+            return np.full(self.shape, self._bound(), self.dtype)
+        dtype = self.dtype_in(xp)
         if self.op == "cat":
-            return np.empty((0, *self.shape), self.dtype)
+            return xp.empty((0, *self.shape), dtype=dtype, device=device)
         if self.op == "sum":
-            return np.zeros(self.shape, self.dtype)
-        return np.full(self.shape, self._bound(), self.dtype)
+            return xp.zeros(self.shape, dtype=dtype, device=device)
+        return xp.full(self.shape, self._bound(), dtype=dtype, device=device)
 
     def clear(self, state):
         """Empties a sum/max/min state in place (reusing its memory)."""
-        state.fill(0 if self.op == "sum" else self._bound())
+        value = 0 if self.op == "sum" else self._bound()
+        if isinstance(state, np.ndarray):
+            state.fill(value)
+        else:
+            state[...] = value
 
     def combine(self, a, b):
         """A new state holding the data of both `a` and `b`."""
+        if isinstance(a, np.ndarray):
+            if self.op == "cat":
+                return np.concatenate([a, b])
+            return self.fold(a.copy(), b)
+        xp = namespace(a)
         if self.op == "cat":
-            return np.concatenate([a, b])
-        return self.fold(a.copy(), b)
+            return xp.concat([a, b])
+        if self.op == "sum":
+            return a + b
+        return (xp.maximum if self.op == "max" else xp.minimum)(a, b)
 
     def fold(self, state, data):
-        """Adds `data` into `state`, in place for sum/max/min; returns the
-        result (a new array for cat)."""
+        """Adds `data` into `state` (in place for NumPy and for sums);
+        returns the result (a new array for cat)."""
+        if isinstance(state, np.ndarray):
+            if self.op == "sum":
+                return np.add(state, data, out=state)
+            if self.op == "max":
+                return np.maximum(state, data, out=state)
+            if self.op == "min":
+                return np.minimum(state, data, out=state)
+            return np.concatenate([state, data])
         if self.op == "sum":
-            return np.add(state, data, out=state)
-        if self.op == "max":
-            return np.maximum(state, data, out=state)
-        if self.op == "min":
-            return np.minimum(state, data, out=state)
-        return np.concatenate([state, data])
+            state += data
+            return state
+        return self.combine(state, data)
 
     def describe(self):
         return f"{self.op}{self.shape}{self.dtype.str}"
@@ -86,18 +140,20 @@ class Entry:
 
     key: tuple
     spec: StateSpec
-    window: np.ndarray
+    window: object  # an array of the metric's namespace, on its device
 
 
 def _fingerprint(entries):
-    """64 bits identifying the states' keys, ops, shapes and dtypes, in order."""
-    text = ";".join(f"{'/'.join(map(str, e.key))}={e.spec.describe()}" for e in entries)
+    """64 bits identifying the states' keys, ops, shapes, dtypes and device
+    kinds (host or GPU), in order."""
+    text = ";".join(f"{'/'.join(map(str, e.key))}={e.spec.describe()}@{device_key(e.window)[0]}"
+                    for e in entries)
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int(np.frombuffer(digest, np.int64)[0])
 
 
-_MISMATCH = ("metric sync: ranks hold different metric states (names, reduce ops, shapes "
-             "or dtypes differ)")
+_MISMATCH = ("metric sync: ranks hold different metric states (names, reduce ops, shapes, "
+             "dtypes, or host versus GPU, differ)")
 
 
 def _exchange_header(comm, entries, cats):
@@ -114,30 +170,76 @@ def _exchange_header(comm, entries, cats):
     return gathered[:, 1:]
 
 
+def _by_device(entries):
+    """The entries grouped by the device their window lives on (all host
+    arrays together), groups in order of first appearance: the same on every
+    rank, whose fingerprints pin each state to the host or a GPU."""
+    groups = {}
+    for entry in entries:
+        groups.setdefault(device_key(entry.window), []).append(entry)
+    return list(groups.values())
+
+
+def _in(xp, array):
+    """`array` as an array of namespace `xp` on its own device (through
+    DLPack, without a copy, when it is of another library)."""
+    return array if namespace(array) is xp else xp.from_dlpack(array)
+
+
+def _concat(xp, arrays):
+    return np.concatenate(arrays) if xp is np else xp.concat(arrays)
+
+
+def _as_bytes(array, xp):
+    """The bytes of `array` (of namespace xp) as a 1-D uint8 array."""
+    if xp is np:
+        return np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+    try:  # torch and CuPy reinterpret memory with .view(dtype); the array API cannot
+        return xp.reshape(array, (-1,)).view(xp.uint8)
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        raise ValueError(f"metric sync: cannot gather Cat states held in "
+                         f"{type(array).__module__}.{type(array).__qualname__} arrays: their "
+                         f"bytes cannot be reinterpreted ({exc})") from exc
+
+
 def _pack_cats(cats, max_bytes):
-    """This rank's cat windows as bytes, one after another, zero-padded to
-    max_bytes so every rank sends the same count."""
-    buffer = np.zeros(max_bytes, np.uint8)
-    offset = 0
-    for entry in cats:
-        data = np.ascontiguousarray(entry.window).view(np.uint8).reshape(-1)
-        buffer[offset:offset + data.size] = data
-        offset += data.size
-    return buffer
+    """This rank's cat windows (all on one device) as bytes, one after
+    another, zero-padded to max_bytes so every rank sends the same count;
+    in the namespace of the first window."""
+    xp, device = array_home(cats[0].window)
+    if xp is np:
+        buffer = np.zeros(max_bytes, np.uint8)
+        offset = 0
+        for entry in cats:
+            data = _as_bytes(_in(np, entry.window), np)
+            buffer[offset:offset + data.size] = data
+            offset += data.size
+        return buffer
+    parts = [_as_bytes(_in(xp, entry.window), xp) for entry in cats]
+    used = sum(int(part.shape[0]) for part in parts)
+    parts.append(xp.zeros((max_bytes - used,), dtype=xp.uint8, device=device))
+    return xp.concat(parts)
 
 
 def _unpack_cats(cats, rows, gathered):
-    """Each cat state's rows from every rank, concatenated in rank order."""
+    """Each cat state's rows from every rank, concatenated in rank order, in
+    the namespace of the state's own window."""
+    xp = namespace(gathered)
     row_bytes = [e.spec.row_bytes() for e in cats]
-    parts = {e.key: [] for e in cats}
+    chunks = [[] for _ in cats]
     for rank in range(gathered.shape[0]):
         offset = 0
-        for i, entry in enumerate(cats):
+        for i in range(len(cats)):
             nbytes = int(rows[rank, i]) * row_bytes[i]
-            chunk = gathered[rank, offset:offset + nbytes]
-            parts[entry.key].append(chunk.view(entry.spec.dtype).reshape(-1, *entry.spec.shape))
+            chunks[i].append(gathered[rank, offset:offset + nbytes])
             offset += nbytes
-    return {key: np.concatenate(chunks) for key, chunks in parts.items()}
+    results = {}
+    for entry, parts in zip(cats, chunks):
+        # Joined before the reinterpretation: a fresh array is aligned for any dtype.
+        data = _concat(xp, parts).view(entry.spec.dtype_in(xp))
+        value = xp.reshape(data, (-1, *entry.spec.shape))
+        results[entry.key] = _in(namespace(entry.window), value)
+    return results
 
 
 class PendingSync:
@@ -145,10 +247,10 @@ class PendingSync:
     every metric taking part: it waits once and returns the same results
     (or raises the same error) every time."""
 
-    def __init__(self, entries, works, cat_finish):
+    def __init__(self, entries, works, cat_finishes):
         self._entries = entries
         self._works = works
-        self._cat_finish = cat_finish
+        self._cat_finishes = cat_finishes
         self._results = None
         self._error = None
 
@@ -164,8 +266,8 @@ class PendingSync:
                 for entry in self._entries:
                     if entry.spec.op != "cat":
                         results[entry.key] = entry.window
-                if self._cat_finish is not None:
-                    results.update(self._cat_finish())
+                for finish in self._cat_finishes:
+                    results.update(finish())
             except BaseException as exc:
                 self._error = exc
                 raise
@@ -176,25 +278,33 @@ class PendingSync:
 def start_sync(entries, comm=None):
     """Starts the collectives syncing `entries` over `comm` (the world when
     None) and returns a PendingSync. Raises MismatchError, before anything
-    asynchronous starts, when ranks disagree on the states."""
+    asynchronous starts, when ranks disagree on the states.
+
+    One collective per reduce op and device: the states of every metric on
+    the host in one, those on a GPU in another."""
     comm = world.world() if comm is None else comm
     cats = [e for e in entries if e.spec.op == "cat"]
     rows = _exchange_header(comm, entries, cats)
     works = []
     for op in REDUCE_OPS:
-        arrays = [e.window for e in entries if e.spec.op == op]
-        if arrays:
-            works.append(comm._handle.all_reduce_multi(arrays, op, True))
-    return PendingSync(entries, works, _start_cat_gather(comm, cats, rows) if cats else None)
+        for group in _by_device([e for e in entries if e.spec.op == op]):
+            works.append(comm._handle.all_reduce_multi([e.window for e in group], op, True))
+    finishes = []
+    if cats:
+        column = {id(e): i for i, e in enumerate(cats)}
+        for group in _by_device(cats):
+            columns = [column[id(e)] for e in group]
+            finishes.append(_start_cat_gather(comm, group, rows[:, columns]))
+    return PendingSync(entries, works, finishes)
 
 
 def _start_cat_gather(comm, cats, rows):
-    """Starts the one padded all-gather of every cat window; returns the
-    function that waits for it and unpacks the states."""
+    """Starts the one padded all-gather of the cat windows of one device;
+    returns the function that waits for it and unpacks the states."""
     row_bytes = np.array([e.spec.row_bytes() for e in cats], np.int64)
     max_bytes = int((rows * row_bytes).sum(axis=1).max())
     if not max_bytes:  # no rank has rows: nothing to send
-        return lambda: {e.key: e.spec.identity() for e in cats}
+        return lambda: {e.key: e.spec.identity(*array_home(e.window)) for e in cats}
     gather = collectives.all_gather(_pack_cats(cats, max_bytes), tiled=False, comm=comm,
                                     async_op=True)
     return lambda: _unpack_cats(cats, rows, gather.wait())
