@@ -155,13 +155,13 @@ concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t ind
     invalid_argument("grad_sync_mark_ready: grad has shape ", shape_text(shape_of(*grad)),
                      " but gradient ", index, " was planned with shape ",
                      shape_text(s.shapes[index]));
-  s.sync->mark_ready(index, g);
+  s.sync->mark_ready(index, g, current_stream());
   CONCORD_API_END
 }
 
 concord_status concord_grad_sync_wait(concord_grad_sync_t sync) {
   CONCORD_API_BEGIN
-  require(sync, "sync").sync->wait();
+  require(sync, "sync").sync->wait(current_stream());
   CONCORD_API_END
 }
 

@@ -1,7 +1,8 @@
 // Gradient buckets: the pack/unpack executors against scalar references,
 // the bucket plan against an independent greedy planner, and
 // GradientSynchronizer with ranks as threads against means and sums
-// computed here in float64 from every rank's gradients; then the C ABI.
+// computed here in float64 from every rank's gradients; then the C ABI, and
+// the checks on CUDA gradients that run without a GPU.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include "kernels/multi_tensor.hpp"
 
 #include "host_tensor.hpp"
+#include "plugin_helpers.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
 
@@ -490,8 +492,8 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
       "GradientSynchronizer: ready_order holds 7, outside [0, 3)",
       "GradientSynchronizer: compression 'bf16' applies to float32 gradients, but gradient 0 is "
       "float64; use compression 'none'",
-      "GradientSynchronizer: gradient 1 is on cuda:0; GradientSynchronizer on CUDA gradients is "
-      "not supported yet; use all_reduce_multi",
+      "GradientSynchronizer: gradient 1 is on cuda:0 but gradient 0 is on cpu; all gradients of "
+      "a synchronizer must be on one device (the CPU or one CUDA device)",
       "GradientSynchronizer::mark_ready: gradient index 3 is outside [0, 3)",
       "GradientSynchronizer::mark_ready: gradient 0 is float32 with 5 elements on cpu but was "
       "planned as float32 with 4 elements on cpu",
@@ -503,8 +505,7 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
   REQUIRE(statuses.size() == std::size(expected));
   for (std::size_t i = 0; i < statuses.size(); ++i) {
     CHECK(statuses[i].message == expected[i]);
-    CHECK(statuses[i].code ==
-          (i == 7 ? StatusCode::kUnavailable : StatusCode::kInvalidArgument));
+    CHECK(statuses[i].code == StatusCode::kInvalidArgument);
   }
   CHECK(failure == "");
 }
@@ -681,4 +682,182 @@ TEST_CASE("C ABI: gradient bucket arguments are checked", "[dp][cabi][errors]") 
     CHECK(messages[i] == expected[i]);
   }
   for (std::size_t i = expected.size(); i < codes.size(); ++i) CHECK(codes[i] == CONCORD_OK);
+}
+
+// ---- CUDA gradients: what runs without a GPU --------------------------------------------
+
+namespace {
+
+// CUDA gradients at made-up addresses: every call below must fail before
+// anything could dereference them.
+TensorView fake_cuda_view(std::int64_t numel, int device = 0) {
+  return TensorView{reinterpret_cast<void*>(std::uintptr_t{0x100000} * (device + 1)), numel,
+                    DType::kFloat32, Device{DeviceKind::kCUDA, device}};
+}
+
+DLTensor fake_cuda_dl(HostTensor& like) {
+  DLTensor t = like.dl();
+  t.data = reinterpret_cast<void*>(std::uintptr_t{0x200000});
+  t.device = {kDLCUDA, 0};
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("GradientSynchronizer takes gradients on one device, checked before anything happens",
+          "[dp][cuda][errors]") {
+  std::vector<std::string> failures(2);
+  spawn_ranks(2, [&](Communicator& comm) {
+    auto note = [&](const std::string& what) {
+      if (failures[comm.rank()].empty()) failures[comm.rank()] = what;
+    };
+    auto grads = make_list(DType::kFloat32, {4, 5, 6});
+    auto expect = [&](std::vector<TensorView> views, const std::string& message) {
+      const Status s = status_of([&] { GradientSynchronizer sync(comm, views, {}, {}); });
+      if (s.code != StatusCode::kInvalidArgument || s.message != message)
+        note(concat("got ", static_cast<int>(s.code), " '", s.message, "', want '", message, "'"));
+    };
+    std::vector<TensorView> views = views_of(grads);
+    views[2] = fake_cuda_view(6);
+    expect(views, "GradientSynchronizer: gradient 2 is on cuda:0 but gradient 0 is on cpu; all "
+                  "gradients of a synchronizer must be on one device (the CPU or one CUDA "
+                  "device)");
+    views = {fake_cuda_view(4), grads[1].view()};
+    expect(views, "GradientSynchronizer: gradient 1 is on cpu but gradient 0 is on cuda:0; all "
+                  "gradients of a synchronizer must be on one device (the CPU or one CUDA "
+                  "device)");
+    views = {fake_cuda_view(4), fake_cuda_view(5, 1)};
+    expect(views, "GradientSynchronizer: gradient 1 is on cuda:1 but gradient 0 is on cuda:0; "
+                  "all gradients of a synchronizer must be on one device (the CPU or one CUDA "
+                  "device)");
+    // Arguments are checked before whether CUDA can be used.
+    const Status order = status_of([&] {
+      GradientSynchronizer sync(comm, {fake_cuda_view(4), fake_cuda_view(5)}, {0, 0}, {});
+    });
+    if (order.code != StatusCode::kInvalidArgument ||
+        order.message != "GradientSynchronizer: ready_order holds 0 twice")
+      note("ready_order: " + order.message);
+
+    // mark_ready with a CUDA gradient on a CPU synchronizer: rejected, and
+    // nothing marked; the step then runs as usual, on both ranks.
+    GradientSynchronizer sync(comm, views_of(grads), {}, caps(kTinyMb, kTinyMb));
+    for (std::size_t k = 0; k < grads.size(); ++k) fill_grad(grads[k], comm.rank(), 0, k, 1.0);
+    const Status s = status_of([&] { sync.mark_ready(0, fake_cuda_view(4)); });
+    if (s.code != StatusCode::kInvalidArgument ||
+        s.message != "GradientSynchronizer::mark_ready: gradient 0 is on cuda:0 but the "
+                     "synchronizer's gradients are on cpu; all gradients of a synchronizer must "
+                     "be on one device")
+      note("mark_ready: " + s.message);
+    if (sync.launched_buckets() != 0) note("a bucket started");
+    for (std::size_t k = grads.size(); k-- > 0;) sync.mark_ready(k, grads[k].view());
+    sync.wait();
+    for (std::size_t k = 0; k < grads.size(); ++k)
+      if (auto why = check_reduced(grads[k], comm.size(), 0, k, 1.0, ReduceOp::kMean,
+                                   Compression::kNone);
+          !why.empty())
+        note(why);
+  }, 10.0);
+  CHECK(first_failure(failures) == "");
+
+  // The same through the C ABI, with DLTensors.
+  std::vector<concord_status> codes;
+  std::vector<std::string> messages;
+  with_cabi_ranks(1, [&](int, concord_comm_t comm) {
+    auto record = [&](concord_status s) {
+      codes.push_back(s);
+      messages.push_back(concord_last_error());
+    };
+    HostTensor a(DType::kFloat32, {2, 3}), b(DType::kFloat32, {4});
+    DLTensor ad = a.dl(), bd = b.dl(), gpu = fake_cuda_dl(b);
+    const DLTensor* mixed[] = {&ad, &gpu};
+    concord_grad_sync_t sync = reinterpret_cast<concord_grad_sync_t>(std::uintptr_t{1});
+    record(concord_grad_sync_create(comm, mixed, 2, nullptr, nullptr, &sync));
+    CHECK(sync == nullptr);
+    const DLTensor* on_cpu[] = {&ad, &bd};
+    REQUIRE(concord_grad_sync_create(comm, on_cpu, 2, nullptr, nullptr, &sync) == CONCORD_OK);
+    record(concord_grad_sync_mark_ready(sync, 1, &gpu));
+    record(concord_grad_sync_wait(sync));  // gradient 1 was not marked
+    CHECK(concord_grad_sync_mark_ready(sync, 0, &ad) == CONCORD_OK);
+    CHECK(concord_grad_sync_mark_ready(sync, 1, &bd) == CONCORD_OK);
+    CHECK(concord_grad_sync_wait(sync) == CONCORD_OK);
+    CHECK(concord_grad_sync_destroy(sync) == CONCORD_OK);
+  });
+  const std::vector<std::string> expected = {
+      "GradientSynchronizer: gradient 1 is on cuda:0 but gradient 0 is on cpu; all gradients of "
+      "a synchronizer must be on one device (the CPU or one CUDA device)",
+      "GradientSynchronizer::mark_ready: gradient 1 is on cuda:0 but the synchronizer's "
+      "gradients are on cpu; all gradients of a synchronizer must be on one device",
+      "GradientSynchronizer::wait: gradients 0, 1 were not marked ready in this step; mark every "
+      "gradient before wait()",
+  };
+  REQUIRE(codes.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    CHECK(codes[i] == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(messages[i] == expected[i]);
+  }
+}
+
+TEST_CASE("GradientSynchronizer on CUDA gradients without a GPU is unavailable before any "
+          "communication", "[dp][cuda][errors]") {
+  if (testing::cuda_kernels_run_here()) {
+    SUCCEED("this machine runs CUDA kernels; the GPU tests cover the synchronizer there");
+    return;
+  }
+  const plugin::Availability found = plugin::availability();
+  // Not built or not loadable: the plugin's problem; loaded: the driver's.
+  const std::string reason =
+      found.plugin_loaded ? std::string(found.probe.cuda_problem) : found.plugin_problem;
+  REQUIRE(!reason.empty());
+  const std::string message =
+      "GradientSynchronizer: the gradients are on cuda:0 but CUDA is unavailable: " + reason;
+
+  std::vector<std::string> failures(2);
+  const auto start = std::chrono::steady_clock::now();
+  spawn_ranks(2, [&](Communicator& comm) {
+    auto note = [&](const std::string& what) {
+      if (failures[comm.rank()].empty()) failures[comm.rank()] = what;
+    };
+    for (const auto& options : {caps(1.0, 25.0), caps(kTinyMb, kTinyMb, ReduceOp::kSum,
+                                                      Compression::kBFloat16)}) {
+      const Status s = status_of([&] {
+        GradientSynchronizer sync(comm, {fake_cuda_view(4), fake_cuda_view(100000)}, {}, options);
+      });
+      if (s.code != StatusCode::kUnavailable || s.message != message)
+        note(concat("got ", static_cast<int>(s.code), " '", s.message, "'"));
+    }
+    // No collective was issued: a CPU synchronizer on the same communicator
+    // pairs up with its peer as usual.
+    auto grads = make_list(DType::kFloat32, {3, 7});
+    for (std::size_t k = 0; k < grads.size(); ++k) fill_grad(grads[k], comm.rank(), 1, k, 1.0);
+    GradientSynchronizer sync(comm, views_of(grads), {}, {});
+    sync.mark_ready(1, grads[1].view());
+    sync.mark_ready(0, grads[0].view());
+    sync.wait();
+    for (std::size_t k = 0; k < grads.size(); ++k)
+      if (auto why = check_reduced(grads[k], comm.size(), 1, k, 1.0, ReduceOp::kMean,
+                                   Compression::kNone);
+          !why.empty())
+        note(why);
+  }, 10.0);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(first_failure(failures) == "");
+  CHECK(elapsed < 5.0);  // nobody waited for a peer
+
+  // The C ABI: CONCORD_ERR_UNAVAILABLE, no handle.
+  concord_status code = CONCORD_OK;
+  std::string last;
+  bool no_handle = false;
+  with_cabi_ranks(1, [&](int, concord_comm_t comm) {
+    HostTensor like(DType::kFloat32, {2, 3});
+    DLTensor gpu = fake_cuda_dl(like);
+    const DLTensor* grads[] = {&gpu};
+    concord_grad_sync_t sync = reinterpret_cast<concord_grad_sync_t>(std::uintptr_t{1});
+    code = concord_grad_sync_create(comm, grads, 1, nullptr, nullptr, &sync);
+    last = concord_last_error();
+    no_handle = sync == nullptr;
+  });
+  CHECK(code == CONCORD_ERR_UNAVAILABLE);
+  CHECK(last == message);
+  CHECK(no_handle);
 }

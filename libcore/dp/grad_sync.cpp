@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "base/format.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/multi_tensor.hpp"
+#include "plugin/cuda_plugin.hpp"
 
 namespace concord::dp {
 namespace {
@@ -37,11 +39,15 @@ void check_options(const GradSyncOptions& o) {
     invalid_argument("GradientSynchronizer: unknown compression ", static_cast<int>(o.compress));
 }
 
-void check_grad(std::size_t index, const TensorView& g, const GradSyncOptions& o) {
-  if (g.device.kind != DeviceKind::kCPU)
-    fail(StatusCode::kUnavailable, "GradientSynchronizer: gradient ", index, " is on ",
-         device_kind_name(g.device.kind), ":", g.device.id,
-         "; GradientSynchronizer on CUDA gradients is not supported yet; use all_reduce_multi");
+using kernels::device_str;
+
+void check_grad(std::size_t index, const TensorView& g, const TensorView& first,
+                const GradSyncOptions& o) {
+  if (!(g.device == first.device))
+    invalid_argument("GradientSynchronizer: gradient ", index, " is on ", device_str(g.device),
+                     " but gradient 0 is on ", device_str(first.device),
+                     "; all gradients of a synchronizer must be on one device (the CPU or one "
+                     "CUDA device)");
   if (o.compress != Compression::kNone && g.dtype != DType::kFloat32)
     invalid_argument("GradientSynchronizer: compression '", compression_name(o.compress),
                      "' applies to float32 gradients, but gradient ", index, " is ",
@@ -49,6 +55,26 @@ void check_grad(std::size_t index, const TensorView& g, const GradSyncOptions& o
   // Floating means travel as sums of pre-scaled values, other dtypes as the
   // op itself (an integer mean truncates, as NCCL's avg).
   check_reduce_op(dtype_is_floating(g.dtype) ? ReduceOp::kSum : o.op, g.dtype);
+}
+
+// CUDA gradients need the plugin's kernels, a device and NCCL: say which is
+// missing now, before the plan's collective, rather than in the first step.
+void check_cuda_usable(const Device& device) {
+  const plugin::Availability found = plugin::availability();
+  const char* problem = nullptr;
+  if (!found.plugin_loaded)
+    problem = found.plugin_problem.c_str();
+  else if (found.probe.device_count == 0)
+    problem = found.probe.cuda_problem;
+  else if (found.probe.nccl_version == 0)
+    problem = found.probe.nccl_problem;
+  if (problem != nullptr)
+    fail(StatusCode::kUnavailable, "GradientSynchronizer: the gradients are on ",
+         device_str(device), " but CUDA is unavailable: ",
+         *problem ? problem : "no reason given");
+  if (device.id < 0 || device.id >= found.probe.device_count)
+    invalid_argument("GradientSynchronizer: the gradients are on ", device_str(device),
+                     ", which does not exist (", found.probe.device_count, " CUDA devices)");
 }
 
 // ready_order must hold every index once; empty means reverse index order.
@@ -158,16 +184,20 @@ GradientSynchronizer::GradientSynchronizer(Communicator& comm, std::vector<Tenso
                                            GradSyncOptions options)
     : comm_(comm), options_(options) {
   check_options(options_);
-  for (std::size_t i = 0; i < grads.size(); ++i) check_grad(i, grads[i], options_);
+  for (std::size_t i = 0; i < grads.size(); ++i) check_grad(i, grads[i], grads[0], options_);
+  const std::vector<std::size_t> order = fill_order(std::move(ready_order), grads.size());
+  // Every argument is checked; now whether the device can be used at all.
+  if (!grads.empty()) device_ = grads[0].device;
+  if (device_.kind == DeviceKind::kCUDA) check_cuda_usable(device_);
   slots_.resize(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) slots_[i].like = grads[i];
   const auto first_cap = static_cast<std::size_t>(options_.first_bucket_mb * kBytesPerMb);
   const auto later_cap = static_cast<std::size_t>(options_.bucket_cap_mb * kBytesPerMb);
-  lay_out(group_into_buckets(grads, fill_order(std::move(ready_order), grads.size()), first_cap,
-                             later_cap));
+  lay_out(group_into_buckets(grads, order, first_cap, later_cap));
+  // Before the collective: a rank out of memory fails here, and its peers
+  // time out in the plan check rather than in their first step.
+  allocate_buffers();
   check_plan_agrees();
-  for (Bucket& b : buckets_)
-    b.buffer = std::make_unique_for_overwrite<unsigned char[]>(b.numel * dtype_size(b.wire));
   marked_.resize(slots_.size());
   start_step();
 }
@@ -177,6 +207,58 @@ GradientSynchronizer::~GradientSynchronizer() {
     settle(b.work);
     settle(b.direct_work);
   }
+  if (device_.kind == DeviceKind::kCUDA) synchronize_device_buffers();
+}
+
+void GradientSynchronizer::DeviceFree::operator()(void* ptr) const noexcept {
+  try {
+    plugin::kernels().device_free(device, ptr);
+  } catch (...) {
+    // The plugin allocated it, so it is loaded; nothing to free otherwise.
+  }
+}
+
+void GradientSynchronizer::allocate_buffers() {
+  for (Bucket& b : buckets_) {
+    const std::size_t bytes = b.numel * dtype_size(b.wire);
+    if (device_.kind == DeviceKind::kCPU) {
+      b.host_buffer = std::make_unique_for_overwrite<unsigned char[]>(bytes);
+      b.buffer = b.host_buffer.get();
+    } else if (bytes != 0) {
+      const plugin::KernelsApi& api = plugin::kernels();
+      void* ptr = nullptr;
+      plugin::check(api.device_alloc(device_.id, bytes, &ptr), api.last_error,
+                    concat("GradientSynchronizer: allocating a bucket of ", bytes, " bytes on ",
+                           device_str(device_))
+                        .c_str());
+      b.device_buffer = std::unique_ptr<void, DeviceFree>(ptr, DeviceFree{device_.id});
+      b.buffer = static_cast<unsigned char*>(ptr);
+    }
+  }
+}
+
+// The buffers may still be read or written by device work enqueued on the
+// caller's streams (packs, all-reduces the stream waits for, unpacks): wait
+// for the stream of each buffer's latest work, once per distinct stream,
+// before the members free them. Every stream progresses: a collective that
+// cannot finish is aborted by the communicator's watchdog at its timeout.
+void GradientSynchronizer::synchronize_device_buffers() noexcept {
+  std::vector<plugin::Stream> streams;
+  for (const Bucket& b : buckets_)
+    if (b.device_buffer && b.enqueued &&
+        std::find(streams.begin(), streams.end(), b.last_stream) == streams.end())
+      streams.push_back(b.last_stream);
+  if (streams.empty()) return;
+  bool finished = true;
+  try {
+    const plugin::KernelsApi& api = plugin::kernels();
+    for (plugin::Stream stream : streams)
+      if (api.stream_synchronize(device_.id, stream) != 0) finished = false;
+  } catch (...) {
+    finished = false;
+  }
+  if (!finished)
+    for (Bucket& b : buckets_) (void)b.device_buffer.release();  // leaked, not freed in use
 }
 
 void GradientSynchronizer::lay_out(const std::vector<std::vector<std::size_t>>& groups) {
@@ -211,6 +293,7 @@ void GradientSynchronizer::check_plan_agrees() {
   Fingerprint fp;
   fp.add(slots_.size());
   fp.add(static_cast<std::uint64_t>(options_.op));
+  fp.add(static_cast<std::uint64_t>(device_.kind));  // the backend every rank must use
   for (const Bucket& b : buckets_) {
     fp.add(static_cast<std::uint64_t>(b.wire));
     fp.add(b.members.size());
@@ -263,7 +346,8 @@ void GradientSynchronizer::check_index(const char* op, std::size_t index) const 
                      " is outside [0, ", slots_.size(), ")");
 }
 
-void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad) {
+void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad,
+                                      plugin::Stream stream) {
   check_index("mark_ready", index);
   if (is_marked_[index])
     invalid_argument("GradientSynchronizer::mark_ready: gradient ", index,
@@ -271,46 +355,65 @@ void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad)
                      "again");
   const Slot& slot = slots_[index];
   const TensorView& like = slot.like;
-  if (grad.dtype != like.dtype || grad.numel != like.numel || !(grad.device == like.device))
+  if (!(grad.device == like.device))
+    invalid_argument("GradientSynchronizer::mark_ready: gradient ", index, " is on ",
+                     device_str(grad.device), " but the synchronizer's gradients are on ",
+                     device_str(like.device), "; all gradients of a synchronizer must be on "
+                     "one device");
+  if (grad.dtype != like.dtype || grad.numel != like.numel)
     invalid_argument("GradientSynchronizer::mark_ready: gradient ", index, " is ",
                      dtype_name(grad.dtype), " with ", grad.numel, " elements on ",
-                     device_kind_name(grad.device.kind), " but was planned as ",
-                     dtype_name(like.dtype), " with ", like.numel, " elements on ",
-                     device_kind_name(like.device.kind));
+                     device_str(grad.device), " but was planned as ", dtype_name(like.dtype),
+                     " with ", like.numel, " elements on ", device_str(like.device));
   Bucket& bucket = buckets_[slot.bucket];
   if (slot.direct) {
     settle(bucket.direct_work);  // a failed step's all-reduce may still write it
   } else {
+    // CPU: a failed step's all-reduce may still write the buffer. CUDA: the
+    // stream orders this pack after it (see the top of grad_sync.hpp).
     settle(bucket.work);
-    kernels::pack({&grad, 1}, bucket.buffer.get() + slot.offset * dtype_size(bucket.wire),
-              bucket.wire, bucket.pack_scale);
+    if (grad.numel != 0) {
+      kernels::pack({&grad, 1}, bucket.buffer + slot.offset * dtype_size(bucket.wire),
+                    bucket.wire, bucket.pack_scale, stream);
+      bucket.last_stream = stream;
+      bucket.enqueued = true;
+    }
   }
   marked_[index] = grad;
   is_marked_[index] = true;
   --bucket.unmarked;
-  launch_full_buckets();
+  launch_full_buckets(stream);
 }
 
 // Buckets start strictly in bucket order, even when a later one fills
 // first: collectives on a communicator pair up by issue order, so every
 // rank must issue the same buckets in the same order.
-void GradientSynchronizer::launch_full_buckets() {
+//
+// CPU: asynchronous collectives on the progress thread, finished by wait().
+// CUDA: the collectives are enqueued after the work on `stream`, which waits
+// for their results; a blocking call returns as soon as they are enqueued,
+// and a Work would only add a completion callback that nothing waits for.
+// Direct members are all-reduced in place as one NCCL group.
+void GradientSynchronizer::launch_full_buckets(plugin::Stream stream) {
+  const bool async = device_.kind == DeviceKind::kCPU;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].unmarked == 0) {
     Bucket& b = buckets_[next_launch_];
     b.work.reset();
     b.direct_work.reset();
     if (b.numel != 0) {
       const TensorView view = wire_view(b);
-      b.work = comm_.all_reduce(view, view, b.op, /*async=*/true);
+      b.work = comm_.all_reduce(view, view, b.op, async, stream);
+      b.last_stream = stream;
+      b.enqueued = true;
     }
     // Direct members were not pre-scaled: the backend's mean divides them.
     if (!b.direct.empty())
-      b.direct_work = comm_.all_reduce_multi(marked_views(b.direct), options_.op, /*async=*/true);
+      b.direct_work = comm_.all_reduce_multi(marked_views(b.direct), options_.op, async, stream);
     ++next_launch_;
   }
 }
 
-void GradientSynchronizer::wait() {
+void GradientSynchronizer::wait(plugin::Stream stream) {
   std::vector<std::size_t> missing;
   for (std::size_t i = 0; i < slots_.size(); ++i)
     if (!is_marked_[i]) missing.push_back(i);
@@ -320,14 +423,17 @@ void GradientSynchronizer::wait() {
                      missing.size() == 1 ? " was" : " were",
                      " not marked ready in this step; mark every gradient before wait()");
   try {
-    launch_full_buckets();  // normally done by mark_ready; again after a failed launch
-    for (std::size_t b = 0; b < buckets_.size(); ++b) finish(b);
+    launch_full_buckets(stream);  // normally done by mark_ready; again after a failed launch
+    for (std::size_t b = 0; b < buckets_.size(); ++b) finish(b);  // CPU only: no Work on CUDA
+    for (Bucket& b : buckets_) {
+      if (b.numel == 0) continue;
+      kernels::unpack(b.buffer, b.wire, marked_views(packed_members(b)), 1.0, stream);
+      b.last_stream = stream;
+    }
   } catch (...) {
     start_step();
     throw;
   }
-  for (const Bucket& b : buckets_)
-    if (b.numel != 0) kernels::unpack(b.buffer.get(), b.wire, marked_views(packed_members(b)), 1.0);
   start_step();
 }
 
@@ -358,7 +464,7 @@ void GradientSynchronizer::start_step() {
 }
 
 TensorView GradientSynchronizer::wire_view(Bucket& bucket) {
-  return TensorView{bucket.buffer.get(), static_cast<std::int64_t>(bucket.numel), bucket.wire,
+  return TensorView{bucket.buffer, static_cast<std::int64_t>(bucket.numel), bucket.wire,
                     bucket.device};
 }
 

@@ -41,6 +41,10 @@
 // result: after such an error no gradient of that step, packed or not, can
 // be trusted.
 //
+// The first bucket launch of the first step creates the communicator's nccl
+// backend (a one-time rendezvous through the store) unless a CUDA collective
+// on the communicator already did.
+//
 // One thread drives a step; the synchronizer is not thread-safe.
 #pragma once
 
@@ -84,10 +88,11 @@ class GradientSynchronizer {
   GradientSynchronizer(Communicator& comm, std::vector<TensorView> grads,
                        std::vector<std::size_t> ready_order, GradSyncOptions options);
   // Waits for the bucket all-reduces still in flight: they use its buffers.
-  // On CUDA it blocks the host until the streams the buffers were last used
-  // on (see last_stream) have finished, then frees them: those streams must
-  // still exist. Should that wait fail, the buffers are left allocated
-  // rather than freed under running device work.
+  // On CUDA it blocks the host, once, until the stream of the latest work
+  // on each buffer (that of the latest mark_ready or wait using it) has
+  // finished, then frees the buffers: those streams must still exist.
+  // Should that wait fail, the buffers are left allocated rather than freed
+  // under device work that may still be running.
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
@@ -105,7 +110,8 @@ class GradientSynchronizer {
   const Device& device() const noexcept { return device_; }
 
   // Packs `grad` (like gradient `index`: dtype, element count, device) into
-  // its bucket, scaled by 1/world size for a mean and compressed if asked;
+  // its bucket, scaled by 1/world size for a floating mean (an integer mean
+  // is the all-reduce's own, truncating) and compressed if asked;
   // a full bucket starts its all-reduce. `grad` must stay valid until
   // wait(), which writes the result into it. A gradient on another device
   // than the planned ones: InvalidArgument, before anything is written.
@@ -133,7 +139,7 @@ class GradientSynchronizer {
   };
   // Frees device memory of the synchronizer's CUDA device.
   struct DeviceFree {
-    std::int32_t device = 0;
+    std::int32_t device;
     void operator()(void* ptr) const noexcept;
   };
   struct Bucket {

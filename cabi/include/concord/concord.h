@@ -221,9 +221,15 @@ typedef struct concord_grad_sync_options {
  * them): the first holds up to first_bucket_mb, later ones bucket_cap_mb,
  * counted in gradient bytes; a gradient is never split, so only a gradient
  * larger than the cap makes a bucket larger than it. A bucket holds one
- * dtype and one device. options NULL: CONCORD_GRAD_SYNC_OPTIONS_INIT.
- * A mean is applied while packing (each rank adds grad / size), so the wire
- * carries a sum. Compression applies to float32 gradients only: each
+ * dtype. All gradients are on one device, the CPU or one CUDA device
+ * (CONCORD_ERR_INVALID_ARGUMENT naming two that differ); the buckets are
+ * buffers there, allocated once. CUDA gradients without a usable CUDA
+ * plugin, device or NCCL: CONCORD_ERR_UNAVAILABLE with the reason, before
+ * any communication. options NULL: CONCORD_GRAD_SYNC_OPTIONS_INIT.
+ * A mean of floating gradients is applied while packing (each rank adds
+ * grad / size), so the wire carries a sum; integer gradients are averaged
+ * by the all-reduce itself, which truncates (as NCCL's avg), on the CPU and
+ * on CUDA alike. Compression applies to float32 gradients only: each
  * rank's value is rounded once, summed in float32 and the sum rounded once,
  * so a result differs from the exact one by at most 2^-7 (bf16) or 2^-10
  * (fp16, plus 2^-24 absolute) times the same reduction of |grad| over the
@@ -246,16 +252,38 @@ CONCORD_API concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync,
  * the bucket is marked, the bucket's
  * all-reduce starts asynchronously (buckets start in bucket order, so a
  * full bucket waits for the ones before it). Marking an index twice in one
- * step is an error. `grad` must stay valid until wait. */
+ * step, or a gradient on another device than planned, is an error, raised
+ * before anything is written. `grad` must stay valid until wait.
+ * CUDA gradients: the pack is enqueued on the calling thread's stream
+ * (concord_set_stream), and a bucket's all-reduce is enqueued on NCCL after
+ * that stream's work, with the stream waiting for its result; nothing
+ * waits on the host. Use one stream for every mark_ready and wait of the
+ * synchronizer, or order the streams yourself (CUDA events) so that each
+ * call's stream follows the streams of the calls before it. */
 CONCORD_API concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
                                                         DLTensor* grad);
-/* Waits for every bucket (each within the communicator's timeout), then
- * unpacks the results into the gradients given to mark_ready; a failed
- * collective leaves every packed gradient untouched. Ready for the next step
- * afterwards. Gradients not yet marked: CONCORD_ERR_INVALID_ARGUMENT naming
- * them, and the step stays open. */
+/* Gradients not yet marked: CONCORD_ERR_INVALID_ARGUMENT naming them,
+ * before anything else, and the step stays open. Otherwise:
+ * - CPU gradients: waits for every bucket (each within the communicator's
+ *   timeout), then unpacks the results into the gradients given to
+ *   mark_ready; a failed collective returns its error here and leaves every
+ *   packed gradient untouched.
+ * - CUDA gradients: enqueues the unpacks on the calling thread's stream,
+ *   after the all-reduces (that stream waited for them), and returns
+ *   without waiting on the host. The gradients hold the results once that
+ *   stream's work has run; they must stay allocated until then. A failed
+ *   collective (a lost peer, the timeout) is caught by the communicator's
+ *   watchdog, which aborts the communicator: its error is returned by a
+ *   later call that reaches the communicator (the next step's mark_ready or
+ *   wait, or any collective), not necessarily by this one. A failed
+ *   collective cannot promise that any gradient of that step, packed or
+ *   not, was left untouched: it may hold a partial or unreduced result.
+ * Ready for the next step afterwards, also after an error. */
 CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync);
-/* Waits for bucket all-reduces still in flight first: they use its buffers. */
+/* Waits for bucket all-reduces still in flight first: they use its buffers.
+ * CUDA gradients: blocks the host once, until the stream that last used
+ * each bucket (the stream of the latest mark_ready or wait) has finished,
+ * then frees the buffers; that stream must still exist. */
 CONCORD_API concord_status concord_grad_sync_destroy(concord_grad_sync_t sync);
 
 /* ---- kernels on CUDA tensors: the calling thread's stream ---------------
