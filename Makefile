@@ -34,6 +34,7 @@ bench: install
 	$(PYTHON) bench/grad_sync.py
 	$(PYTHON) bench/optim.py
 	$(PYTHON) bench/metrics_sync.py
+	$(PYTHON) bench/gpu.py
 
 clean:
 	rm -rf $(BUILD)
