@@ -2,6 +2,7 @@
 // NcclComm, every body guarded so no exception leaves the plugin.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "comm/nccl/nccl_comm.hpp"
 #include "comm/nccl/nccl_library.hpp"
@@ -151,13 +152,16 @@ int all_reduce_group(void* comm, const char* op, std::uint64_t seq, void* const*
                      void* user) {
   return plugin::guarded([&] {
     const ncclRedOp_t red = nccl_op(reduce);
+    // Converted before the group opens: nothing may throw inside it.
+    std::vector<ncclDataType_t> types(n);
+    for (std::size_t i = 0; i < n; ++i) types[i] = nccl_type(dtypes[i]);
     const Library& lib = require_library();
     as_comm(comm).enqueue(op, seq, stream, [&](ncclComm_t c, cudaStream_t s) {
       ncclResult_t result = lib.GroupStart();
       if (result != ncclSuccess) return result;
       for (std::size_t i = 0; i < n; ++i) {
         if (counts[i] == 0) continue;
-        result = lib.AllReduce(buffers[i], buffers[i], counts[i], nccl_type(dtypes[i]), red, c, s);
+        result = lib.AllReduce(buffers[i], buffers[i], counts[i], types[i], red, c, s);
         if (result != ncclSuccess && result != ncclInProgress) {
           lib.GroupEnd();
           return result;

@@ -1,5 +1,6 @@
 #include "comm/nccl/nccl_comm.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -82,13 +83,13 @@ NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, dou
                                                     std::to_string(cuda.device_count) +
                                                     " devices)");
   DeviceGuard guard(device_);
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  check_cuda(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreate");
+  create_stream_and_event();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a missing peer ends in a timeout, not a hang
   ncclUniqueId unique = id;
-  const ncclResult_t result = lib_.CommInitRankConfig(&comm_, nranks, unique, rank, &config);
   try {
+    std::lock_guard nccl_lock(nccl_mutex_);
+    const ncclResult_t result = lib_.CommInitRankConfig(&comm_, nranks, unique, rank, &config);
     settle(comm_, result, "ncclCommInitRankConfig");
   } catch (...) {
     if (comm_ != nullptr) lib_.CommAbort(comm_);
@@ -102,9 +103,17 @@ NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, dou
 NcclComm::NcclComm(ncclComm_t comm, int device, double timeout_s)
     : lib_(require_library()), comm_(comm), device_(device), timeout_s_(timeout_s) {
   DeviceGuard guard(device_);
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  check_cuda(cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming), "cudaEventCreate");
+  create_stream_and_event();
   start();
+}
+
+void NcclComm::create_stream_and_event() {
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  const cudaError_t error = cudaEventCreateWithFlags(&ready_event_, cudaEventDisableTiming);
+  if (error != cudaSuccess) {
+    cudaStreamDestroy(stream_);
+    check_cuda(error, "cudaEventCreate");
+  }
 }
 
 void NcclComm::start() { watchdog_ = std::thread([this] { watch(); }); }
@@ -120,7 +129,7 @@ NcclComm::~NcclComm() {
   if (watchdog_.joinable()) watchdog_.join();
   try {
     DeviceGuard guard(device_);
-    std::lock_guard enqueue_lock(enqueue_mutex_);
+    std::lock_guard nccl_lock(nccl_mutex_);
     if (comm_ != nullptr) {
       bool finalized = false;
       try {
@@ -128,13 +137,12 @@ NcclComm::~NcclComm() {
         finalized = true;
       } catch (const Error&) {
       }
-      if (comm_ != nullptr) {
-        if (finalized)
-          lib_.CommDestroy(comm_);
-        else
-          lib_.CommAbort(comm_);
-        comm_ = nullptr;
-      }
+      // Destroy and abort are blocking calls even on a nonblocking communicator.
+      if (finalized)
+        lib_.CommDestroy(comm_);
+      else
+        lib_.CommAbort(comm_);
+      comm_ = nullptr;
     }
     for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
     if (ready_event_ != nullptr) cudaEventDestroy(ready_event_);
@@ -157,6 +165,11 @@ void NcclComm::settle(ncclComm_t comm, ncclResult_t result, const char* what) {
       const char* detail = lib_.GetLastError(comm);
       throw Error(code_of(state), std::string(what) + " failed: " + lib_.GetErrorString(state) +
                                       (detail && *detail ? std::string(" (") + detail + ")" : ""));
+    }
+    if (abort_requested_.load(std::memory_order_acquire)) {
+      std::lock_guard lock(mutex_);
+      const Status request = abort_request_.value_or(Status{StatusCode::kAborted, "aborted"});
+      throw Error(request.code, request.message);
     }
     if (Clock::now() > deadline)
       throw Error(StatusCode::kTimeout, std::string(what) + " did not finish within " +
@@ -188,133 +201,210 @@ cudaEvent_t NcclComm::take_event() {
 }
 
 NcclComm* NcclComm::split(int color, int key) {
-  std::lock_guard enqueue_lock(enqueue_mutex_);
-  check_usable();
-  if (lib_.CommSplit == nullptr)
-    plugin::raise(StatusCode::kUnavailable, "split: NCCL " + version_string(lib_.version) +
-                                                " has no ncclCommSplit (NCCL 2.18 or newer)");
-  DeviceGuard guard(device_);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t child = nullptr;
-  const ncclResult_t result =
-      lib_.CommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
-  try {
-    settle(comm_, result, "ncclCommSplit");
-    if (child != nullptr) settle(child, ncclSuccess, "ncclCommSplit");
-  } catch (const Error& e) {
-    if (child != nullptr) lib_.CommAbort(child);
-    throw;
+  Cancelled cancelled;
+  std::optional<Error> failed;
+  NcclComm* result = nullptr;
+  {
+    std::lock_guard nccl_lock(nccl_mutex_);
+    check_usable();
+    if (lib_.CommSplit == nullptr)
+      plugin::raise(StatusCode::kUnavailable, "split: NCCL " + version_string(lib_.version) +
+                                                  " has no ncclCommSplit (NCCL 2.18 or newer)");
+    DeviceGuard guard(device_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t child = nullptr;
+    try {
+      const ncclResult_t result_code =
+          lib_.CommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+      settle(comm_, result_code, "ncclCommSplit");
+      if (child != nullptr) settle(child, ncclSuccess, "ncclCommSplit");
+    } catch (const Error& e) {
+      // Aborting the parent first stops NCCL's background split job, which
+      // would otherwise still write `child` after this frame is gone.
+      cancelled = abort_locked(e.code(), e.what());
+      if (child != nullptr) lib_.CommAbort(child);
+      failed.emplace(e);
+    }
+    if (!failed && child != nullptr) {
+      try {
+        result = new NcclComm(child, device_, timeout_s_);
+      } catch (...) {
+        lib_.CommAbort(child);
+        throw;
+      }
+    }
   }
-  if (child == nullptr) return nullptr;
-  try {
-    return new NcclComm(child, device_, timeout_s_);
-  } catch (...) {
-    lib_.CommAbort(child);
-    throw;
+  if (failed) {
+    notify(cancelled, failed->code(), failed->what());
+    throw *failed;
   }
+  return result;
 }
 
 void NcclComm::enqueue(const char* op, std::uint64_t seq, plugin::Stream caller,
                        const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call,
                        plugin::Completion done, void* user) {
-  std::lock_guard enqueue_lock(enqueue_mutex_);
-  check_usable();
-  DeviceGuard guard(device_);
-  const auto caller_stream = static_cast<cudaStream_t>(caller);
   const std::string label = std::string(op) + " #" + std::to_string(seq);
-  check_cuda(cudaEventRecord(ready_event_, caller_stream), "cudaEventRecord on the caller's stream");
-  check_cuda(cudaStreamWaitEvent(stream_, ready_event_, 0), "cudaStreamWaitEvent");
-  try {
-    settle(comm_, call(comm_, stream_), label.c_str());
-  } catch (const Error& e) {
-    abort_locked(e.code(), e.what());
-    throw;
-  }
-  cudaEvent_t finished = take_event();
-  check_cuda(cudaEventRecord(finished, stream_), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(caller_stream, finished, 0),
-             "cudaStreamWaitEvent on the caller's stream");
+  Cancelled cancelled;
+  std::optional<Error> failed;
   {
-    std::lock_guard lock(mutex_);
-    pending_.push_back(Pending{finished, op, seq, done, user, Clock::now()});
+    std::lock_guard nccl_lock(nccl_mutex_);
+    check_usable();
+    DeviceGuard guard(device_);
+    const auto caller_stream = static_cast<cudaStream_t>(caller);
+    check_cuda(cudaEventRecord(ready_event_, caller_stream),
+               "cudaEventRecord on the caller's stream");
+    check_cuda(cudaStreamWaitEvent(stream_, ready_event_, 0), "cudaStreamWaitEvent");
+    cudaEvent_t started = take_event();
+    cudaEvent_t finished = nullptr;
+    try {
+      check_cuda(cudaEventRecord(started, stream_), "cudaEventRecord");
+      settle(comm_, call(comm_, stream_), label.c_str());
+      // From here on the operation is on the stream: a failure must not
+      // leave it untracked, so it aborts the communicator.
+      finished = take_event();
+      check_cuda(cudaEventRecord(finished, stream_), "cudaEventRecord");
+      check_cuda(cudaStreamWaitEvent(caller_stream, finished, 0),
+                 "cudaStreamWaitEvent on the caller's stream");
+    } catch (const Error& e) {
+      {
+        std::lock_guard lock(mutex_);
+        spare_events_.push_back(started);
+        if (finished != nullptr) spare_events_.push_back(finished);
+      }
+      cancelled = abort_locked(e.code(), label + ": " + e.what());
+      failed.emplace(e.code(), label + ": " + e.what());
+    }
+    if (!failed) {
+      std::lock_guard lock(mutex_);
+      pending_.push_back(Pending{started, finished, op, seq, done, user, false, Clock::now()});
+    }
+  }
+  if (failed) {
+    notify(cancelled, failed->code(), failed->what());
+    throw *failed;
   }
   changed_.notify_all();
 }
 
 void NcclComm::abort(StatusCode code, const std::string& reason) noexcept {
-  std::lock_guard enqueue_lock(enqueue_mutex_);
-  abort_locked(code, reason);
-}
-
-void NcclComm::abort_locked(StatusCode code, const std::string& reason) noexcept {
-  std::deque<Pending> cancelled;
   {
     std::lock_guard lock(mutex_);
-    if (failure_) return;
+    if (!abort_request_) abort_request_ = Status{code, reason};
+  }
+  abort_requested_.store(true, std::memory_order_release);
+  Cancelled cancelled;
+  {
+    std::lock_guard nccl_lock(nccl_mutex_);
+    cancelled = abort_locked(code, reason);
+  }
+  notify(cancelled, code, reason);
+}
+
+NcclComm::Cancelled NcclComm::abort_locked(StatusCode code, const std::string& reason) noexcept {
+  Cancelled cancelled;
+  {
+    std::lock_guard lock(mutex_);
+    if (failure_) return cancelled;
     failure_ = Status{code, reason};
     cancelled.swap(pending_);
-    for (const Pending& p : cancelled) spare_events_.push_back(p.done_event);
+    for (const Pending& p : cancelled) {
+      spare_events_.push_back(p.started_event);
+      spare_events_.push_back(p.done_event);
+    }
   }
   changed_.notify_all();
   if (comm_ != nullptr) {
-    lib_.CommAbort(comm_);  // makes the kernels of this communicator return
+    try {
+      DeviceGuard guard(device_);  // ncclCommAbort sets the device and leaves it so
+      lib_.CommAbort(comm_);       // makes the kernels of this communicator return
+    } catch (...) {
+      lib_.CommAbort(comm_);
+    }
     comm_ = nullptr;
   }
+  return cancelled;
+}
+
+void NcclComm::notify(const Cancelled& cancelled, StatusCode code, const std::string& reason) {
   for (const Pending& p : cancelled)
     if (p.done != nullptr) p.done(p.user, static_cast<int>(code), reason.c_str());
 }
 
 void NcclComm::watch() {
-  if (cudaSetDevice(device_) != cudaSuccess) return;
+  if (cudaSetDevice(device_) != cudaSuccess) {
+    abort(StatusCode::kInternal, "nccl: the watchdog could not select cuda:" +
+                                     std::to_string(device_) + "; the communicator was aborted");
+    return;
+  }
+  // Polling backs off from 20 us to 1 ms while the oldest operation runs,
+  // so a short collective completes its Work quickly and a long one costs
+  // little CPU.
+  auto pause = std::chrono::microseconds(20);
   std::unique_lock lock(mutex_);
   while (true) {
     changed_.wait(lock, [this] { return stopping_ || !pending_.empty(); });
     if (pending_.empty()) return;  // stopping, nothing left to follow
-    const cudaEvent_t event = pending_.front().done_event;
+    Pending& oldest = pending_.front();
+    const cudaEvent_t started_event = oldest.started_event;
+    const cudaEvent_t done_event = oldest.done_event;
+    const bool started = oldest.started;
     lock.unlock();
-    const cudaError_t state = cudaEventQuery(event);
+    const cudaError_t start_state = started ? cudaSuccess : cudaEventQuery(started_event);
+    const cudaError_t state = cudaEventQuery(done_event);
     lock.lock();
-    if (pending_.empty() || pending_.front().done_event != event) continue;  // aborted meanwhile
+    if (pending_.empty() || pending_.front().done_event != done_event) continue;  // aborted
+    Pending& front = pending_.front();
     if (state == cudaSuccess) {
-      Pending finished = std::move(pending_.front());
+      Pending finished = std::move(front);
       pending_.pop_front();
+      spare_events_.push_back(finished.started_event);
       spare_events_.push_back(finished.done_event);
-      if (!pending_.empty()) pending_.front().since = Clock::now();
       lock.unlock();
       if (finished.done != nullptr) finished.done(finished.user, 0, "");
+      pause = std::chrono::microseconds(20);
       lock.lock();
       continue;
     }
-    const Pending& oldest = pending_.front();
-    const std::string label = oldest.op + " #" + std::to_string(oldest.seq);
+    // The clock of an operation runs from when the device reached it, not
+    // from when it was enqueued behind the caller's own work.
+    if (!front.started && start_state == cudaSuccess) {
+      front.started = true;
+      front.since = Clock::now();
+    }
+    const std::string label = front.op + " #" + std::to_string(front.seq);
+    const bool overdue =
+        front.started && Clock::now() - front.since > std::chrono::duration<double>(timeout_s_);
+    lock.unlock();
     std::optional<Status> failure;
     if (state != cudaErrorNotReady) {
       failure = Status{StatusCode::kInternal,
                        label + " failed on cuda:" + std::to_string(device_) + ": " +
                            cudaGetErrorString(state) + "; the communicator was aborted"};
     } else {
-      ncclResult_t async = ncclSuccess;
-      ncclComm_t comm = comm_;
-      if (comm != nullptr && lib_.CommGetAsyncError(comm, &async) == ncclSuccess &&
-          async != ncclSuccess && async != ncclInProgress)
-        failure = Status{code_of(async), label + " failed: NCCL reported " +
-                                             lib_.GetErrorString(async) +
-                                             "; the communicator was aborted"};
-      else if (Clock::now() - oldest.since > std::chrono::duration<double>(timeout_s_))
-        failure = Status{StatusCode::kTimeout,
-                         label + " did not finish within " + seconds(timeout_s_) +
-                             " on nccl (cuda:" + std::to_string(device_) +
-                             "); a peer is missing or stuck; the communicator was aborted"};
+      // Checked only when no other thread is in an NCCL call on comm_.
+      std::unique_lock nccl_lock(nccl_mutex_, std::try_to_lock);
+      if (nccl_lock.owns_lock() && comm_ != nullptr) {
+        ncclResult_t async = ncclSuccess;
+        if (lib_.CommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+          failure = Status{code_of(async), label + " failed: NCCL reported " +
+                                               lib_.GetErrorString(async) +
+                                               "; the communicator was aborted"};
+      }
     }
+    if (!failure && overdue)
+      failure = Status{StatusCode::kTimeout,
+                       label + " did not finish within " + seconds(timeout_s_) +
+                           " on nccl (cuda:" + std::to_string(device_) +
+                           "); a peer is missing or stuck; the communicator was aborted"};
     if (failure) {
-      lock.unlock();
       abort(failure->code, failure->message);
-      lock.lock();
-      continue;
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
     }
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
     lock.lock();
   }
 }

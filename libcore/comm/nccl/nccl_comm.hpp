@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -35,7 +36,9 @@ class NcclComm {
  public:
   // Collective: joins the ranks sharing `id` (waits at most timeout_s).
   NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, double timeout_s);
-  ~NcclComm();  // destroy(), never blocking past the timeout
+  // Waits for enqueued work (each operation at most the timeout), then
+  // finalises and destroys the NCCL communicator, or aborts it.
+  ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
@@ -49,26 +52,35 @@ class NcclComm {
                plugin::Completion done, void* user);
 
   // Makes this and every later call fail; pending callbacks get `reason`.
+  // Interrupts a call that is waiting on NCCL.
   void abort(StatusCode code, const std::string& reason) noexcept;
 
  private:
-  NcclComm(ncclComm_t comm, int device, double timeout_s);  // from split()
-  void start();
-  // Polls a nonblocking NCCL call on `comm` until it has been issued; the
-  // timeout ends it with Error(kTimeout).
-  void settle(ncclComm_t comm, ncclResult_t result, const char* what);
-  // abort() for callers that hold enqueue_mutex_.
-  void abort_locked(StatusCode code, const std::string& reason) noexcept;
-  void check_usable() const;
-  void watch();
   struct Pending {
-    cudaEvent_t done_event;
+    cudaEvent_t started_event;  // on the communicator's stream, before the NCCL call
+    cudaEvent_t done_event;     // after it
     std::string op;
     std::uint64_t seq;
     plugin::Completion done;
     void* user;
-    std::chrono::steady_clock::time_point since;  // when it became the oldest
+    bool started = false;
+    std::chrono::steady_clock::time_point since;  // when it started on the device
   };
+  using Cancelled = std::deque<Pending>;
+
+  NcclComm(ncclComm_t comm, int device, double timeout_s);  // from split()
+  void create_stream_and_event();
+  void start();
+  // Polls a nonblocking NCCL call on `comm` until it has been issued; the
+  // timeout ends it with Error(kTimeout), an abort() with Error(kAborted).
+  // Needs nccl_mutex_.
+  void settle(ncclComm_t comm, ncclResult_t result, const char* what);
+  // Marks the communicator failed and aborts NCCL; needs nccl_mutex_. The
+  // cancelled operations are returned, for notify() once the lock is free.
+  Cancelled abort_locked(StatusCode code, const std::string& reason) noexcept;
+  static void notify(const Cancelled& cancelled, StatusCode code, const std::string& reason);
+  void check_usable() const;
+  void watch();
   cudaEvent_t take_event();
 
   const Library& lib_;
@@ -78,13 +90,19 @@ class NcclComm {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_event_ = nullptr;  // recorded on the caller's stream
 
-  std::mutex enqueue_mutex_;  // one operation is enqueued at a time
+  // Every NCCL call on comm_ holds it: NCCL's nonblocking state is not
+  // safe to poll from two threads at once.
+  std::mutex nccl_mutex_;
+  // An abort() asked while another thread holds nccl_mutex_ (settle()
+  // reads it to give up early).
+  std::atomic<bool> abort_requested_{false};
+
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable changed_;
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> spare_events_;
   std::optional<Status> failure_;
-  bool aborted_ = false;
+  std::optional<Status> abort_request_;
   bool stopping_ = false;
   std::thread watchdog_;
 };
