@@ -18,7 +18,7 @@ import enum
 
 import numpy as np
 
-from ._streams import consumer_stream
+from ._streams import dlpack_stream
 
 cnp.import_array()
 
@@ -228,13 +228,11 @@ cdef object _export_dlpack(_Tensor t, object array, str role):
     # DLPack's stream handshake: a CUDA producer makes its data ready on the
     # stream we name, which is the one we then enqueue on.
     kwargs = {}
-    device = getattr(array, "__dlpack_device__", None)
-    if device is not None:
-        device_type, device_id = device()
-        if device_type == kDLCUDA or device_type == kDLCUDAManaged:
-            t.stream = consumer_stream(array, device_id)
-            # 0 is not a valid DLPack stream; 1 names the legacy default stream.
-            kwargs["stream"] = t.stream if t.stream != 0 else 1
+    stream = dlpack_stream(array)
+    if stream is not None:
+        t.stream = stream
+        # 0 is not a valid DLPack stream; 1 names the legacy default stream.
+        kwargs["stream"] = stream if stream != 0 else 1
     try:
         return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION), **kwargs)
     except TypeError:  # a producer older than DLPack 1.0
