@@ -228,6 +228,41 @@ def test_clip_grad_norm_on_a_non_default_stream(torch_cuda, seed):
     assert_leaves_close(torch, "clipped grads read on the stream", seen, grads, "float32", seed)
 
 
+# ---- scale and sums of squares, every floating dtype ---------------------------------
+
+
+def _floating_leaves(torch, rng):
+    """Float16, bfloat16, float32 and float64 leaves of odd shapes, as NumPy
+    float32/float64 (the CPU side) and torch CUDA tensors of the same values."""
+    shapes = odd_shapes(rng)
+    kinds = (["float16", "bfloat16", "float32", "float64"] * len(shapes))[:len(shapes)]
+    cpu, gpu = [], []
+    for shape, kind in zip(shapes, kinds):
+        values = np.asarray(rng.standard_normal(shape))
+        tensor = torch.from_numpy(values).to(getattr(torch, kind)).cuda()
+        gpu.append(tensor)
+        cpu.append(tensor.cpu() if kind == "bfloat16" else host(tensor))
+    return cpu, gpu, kinds
+
+
+def test_scale_and_sum_of_squares_match_cpu(torch_cuda, seed):
+    from concord import _capi
+    torch = torch_cuda
+    cpu, gpu, kinds = _floating_leaves(torch, np.random.default_rng(seed))
+    expected = _capi.sum_of_squares(cpu)
+    assert _capi.sum_of_squares(gpu) == pytest.approx(expected, rel=1e-12), f"seed {seed}"
+    into = torch.full((1,), -1.0, dtype=torch.float64, device="cuda")
+    _capi.sum_of_squares_into(gpu, into)
+    assert float(into) == pytest.approx(expected, rel=1e-12), f"seed {seed}"
+    _capi.scale(cpu, 0.37)
+    _capi.scale(gpu, 0.37)
+    for i, (g, e, kind) in enumerate(zip(gpu, cpu, kinds)):
+        where = f"seed {seed}: {kind} leaf {i}"
+        assert str(g.dtype) == f"torch.{kind}", where
+        # The same arithmetic (float32 for the 16-bit types) rounded once.
+        np.testing.assert_array_equal(host(g), host(e), err_msg=where)
+
+
 # ---- gradient buckets (pack, reduce, unpack) ------------------------------------------
 
 
