@@ -140,9 +140,21 @@ Backend& Communicator::backend_for(const Device& device, const char* op) {
 NcclBackend& Communicator::nccl_for(const Device& device, const char* op) {
   std::lock_guard lock(nccl_mutex_);
   if (!nccl_) {
-    // Collective: every rank's first CUDA collective is this one.
-    std::lock_guard store_lock(store_->mutex);
-    nccl_ = NcclBackend::create(*store_->client, name_, rank_, size_, device.id, timeout_s_);
+    // Collective: every rank's first CUDA collective is this one. Rank 0's
+    // ncclUniqueId goes through the store; the store is held only for that.
+    // A key per attempt: after a failed one (no device, say) a later attempt
+    // must not read the id of the earlier.
+    const std::string key = concat(name_, "/nccl/unique_id/", nccl_attempts_++);
+    std::string id;
+    if (rank_ == 0) id = NcclBackend::make_unique_id();
+    {
+      std::lock_guard store_lock(store_->mutex);
+      if (rank_ == 0)
+        store_->client->set(key, id);
+      else
+        id = store_->client->get(key, std::chrono::duration<double>(timeout_s_));
+    }
+    nccl_ = NcclBackend::join(id, rank_, size_, device.id, timeout_s_);
   } else if (nccl_->device() != device.id) {
     invalid_argument(op, ": tensors are on cuda:", device.id, " but this communicator's nccl ",
                      "backend is on cuda:", nccl_->device(),

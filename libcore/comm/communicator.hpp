@@ -104,6 +104,7 @@ class Communicator {
   std::unique_ptr<Backend> cpu_backend_;
   std::mutex nccl_mutex_;                 // guards the creation of nccl_
   std::unique_ptr<NcclBackend> nccl_;     // on the first CUDA tensor
+  std::uint64_t nccl_attempts_ = 0;       // bootstraps of nccl_ tried
   std::uint64_t next_seq_ = 0;
   std::uint64_t splits_ = 0;
 

@@ -1,11 +1,9 @@
 #include "comm/nccl/nccl_backend.hpp"
 
-#include <chrono>
 #include <string>
 
 #include "base/format.hpp"
 #include "plugin/cuda_plugin.hpp"
-#include "rendezvous/store.hpp"
 
 namespace concord {
 namespace {
@@ -21,25 +19,23 @@ void complete_work(void* user, int status, const char* message) {
 
 }  // namespace
 
-std::unique_ptr<NcclBackend> NcclBackend::create(StoreClient& store, const std::string& name,
-                                                 int rank, int size, int device,
-                                                 double timeout_s) {
+std::string NcclBackend::make_unique_id() {
   const plugin::NcclApi& api = plugin::nccl();
-  const std::string key = concat(name, "/nccl/unique_id");
   std::string id(plugin::kUniqueIdBytes, '\0');
-  if (rank == 0) {
-    plugin::check(api.unique_id(reinterpret_cast<unsigned char*>(id.data())), api.last_error,
-                  "nccl");
-    store.set(key, id);
-  } else {
-    id = store.get(key, std::chrono::duration<double>(timeout_s));
-    if (id.size() != plugin::kUniqueIdBytes)
-      fail(StatusCode::kInternal, "nccl: the unique id in the store has ", id.size(),
-           " bytes, expected ", plugin::kUniqueIdBytes);
-  }
+  plugin::check(api.unique_id(reinterpret_cast<unsigned char*>(id.data())), api.last_error,
+                "nccl");
+  return id;
+}
+
+std::unique_ptr<NcclBackend> NcclBackend::join(const std::string& unique_id, int rank, int size,
+                                               int device, double timeout_s) {
+  const plugin::NcclApi& api = plugin::nccl();
+  if (unique_id.size() != plugin::kUniqueIdBytes)
+    fail(StatusCode::kInternal, "nccl: the unique id has ", unique_id.size(), " bytes, expected ",
+         plugin::kUniqueIdBytes);
   void* comm = nullptr;
-  plugin::check(api.comm_create(reinterpret_cast<const unsigned char*>(id.data()), size, rank,
-                                device, timeout_s, &comm),
+  plugin::check(api.comm_create(reinterpret_cast<const unsigned char*>(unique_id.data()), size,
+                                rank, device, timeout_s, &comm),
                 api.last_error, "nccl");
   return std::unique_ptr<NcclBackend>(new NcclBackend(api, comm, device));
 }

@@ -21,14 +21,15 @@
 
 namespace concord {
 
-class StoreClient;
-
 class NcclBackend {
  public:
-  // Collective over `size` ranks meeting under key prefix `name`, each on
-  // its own CUDA device `device`.
-  static std::unique_ptr<NcclBackend> create(StoreClient& store, const std::string& name,
-                                             int rank, int size, int device, double timeout_s);
+  // A new ncclUniqueId (rank 0 makes it; the Communicator shares it through
+  // the store).
+  static std::string make_unique_id();
+  // Collective over the `size` ranks given the same `unique_id`, each on its
+  // own CUDA device `device`; waits at most timeout_s for the others.
+  static std::unique_ptr<NcclBackend> join(const std::string& unique_id, int rank, int size,
+                                           int device, double timeout_s);
   ~NcclBackend();  // waits (at most the timeout) for enqueued work
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
