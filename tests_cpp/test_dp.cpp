@@ -809,7 +809,7 @@ TEST_CASE("GradientSynchronizer on CUDA gradients without a GPU is unavailable b
       found.plugin_loaded ? std::string(found.probe.cuda_problem) : found.plugin_problem;
   REQUIRE(!reason.empty());
   const std::string message =
-      "GradientSynchronizer: the gradients are on cuda:0 but CUDA is unavailable: " + reason;
+      "GradientSynchronizer: the gradients are on cuda:0: CUDA is unavailable: " + reason;
 
   std::vector<std::string> failures(2);
   const auto start = std::chrono::steady_clock::now();

@@ -11,6 +11,7 @@
 #include "base/format.hpp"
 #include "comm/progress_thread.hpp"
 #include "comm/shm/shm_backend.hpp"
+#include "plugin/cuda_plugin.hpp"
 #include "rendezvous/store.hpp"
 
 namespace concord {
@@ -145,6 +146,9 @@ NcclBackend& Communicator::nccl_for(const Device& device, const char* op) {
     // A key per attempt: after a failed one (no device, say) a later attempt
     // must not read the id of the earlier.
     const std::string key = concat(name_, "/nccl/unique_id/", nccl_attempts_++);
+    // Checked before the rendezvous, so that ranks without a usable device
+    // fail at once instead of waiting for each other.
+    plugin::require_device(device.id, /*need_nccl=*/true, concat(op, ": nccl").c_str());
     std::string id;
     if (rank_ == 0) id = NcclBackend::make_unique_id();
     {

@@ -57,25 +57,6 @@ void check_grad(std::size_t index, const TensorView& g, const TensorView& first,
   check_reduce_op(dtype_is_floating(g.dtype) ? ReduceOp::kSum : o.op, g.dtype);
 }
 
-// CUDA gradients need the plugin's kernels, a device and NCCL: say which is
-// missing now, before the plan's collective, rather than in the first step.
-void check_cuda_usable(const Device& device) {
-  const plugin::Availability found = plugin::availability();
-  const char* problem = nullptr;
-  if (!found.plugin_loaded)
-    problem = found.plugin_problem.c_str();
-  else if (found.probe.device_count == 0)
-    problem = found.probe.cuda_problem;
-  else if (found.probe.nccl_version == 0)
-    problem = found.probe.nccl_problem;
-  if (problem != nullptr)
-    fail(StatusCode::kUnavailable, "GradientSynchronizer: the gradients are on ",
-         device_str(device), " but CUDA is unavailable: ",
-         *problem ? problem : "no reason given");
-  if (device.id < 0 || device.id >= found.probe.device_count)
-    invalid_argument("GradientSynchronizer: the gradients are on ", device_str(device),
-                     ", which does not exist (", found.probe.device_count, " CUDA devices)");
-}
 
 // ready_order must hold every index once; empty means reverse index order.
 std::vector<std::size_t> fill_order(std::vector<std::size_t> order, std::size_t n) {
@@ -188,7 +169,12 @@ GradientSynchronizer::GradientSynchronizer(Communicator& comm, std::vector<Tenso
   const std::vector<std::size_t> order = fill_order(std::move(ready_order), grads.size());
   // Every argument is checked; now whether the device can be used at all.
   if (!grads.empty()) device_ = grads[0].device;
-  if (device_.kind == DeviceKind::kCUDA) check_cuda_usable(device_);
+  // CUDA gradients need the plugin's kernels, a device and NCCL: say which
+  // is missing now, before the plan's collective, rather than in the first step.
+  if (device_.kind == DeviceKind::kCUDA)
+    plugin::require_device(device_.id, /*need_nccl=*/true,
+                           concat("GradientSynchronizer: the gradients are on ",
+                                  device_str(device_)).c_str());
   slots_.resize(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) slots_[i].like = grads[i];
   const auto first_cap = static_cast<std::size_t>(options_.first_bucket_mb * kBytesPerMb);

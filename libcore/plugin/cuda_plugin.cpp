@@ -110,4 +110,17 @@ Availability availability() {
   return out;
 }
 
+void require_device(int device, bool need_nccl, const char* what) {
+  const Availability found = availability();
+  if (!found.plugin_loaded)
+    fail(StatusCode::kUnavailable, what, ": CUDA is unavailable: ", found.plugin_problem);
+  if (found.probe.device_count == 0)
+    fail(StatusCode::kUnavailable, what, ": CUDA is unavailable: ", found.probe.cuda_problem);
+  if (need_nccl && found.probe.nccl_version == 0)
+    fail(StatusCode::kUnavailable, what, ": ", found.probe.nccl_problem);
+  if (device < 0 || device >= found.probe.device_count)
+    invalid_argument(what, ": cuda:", device, " does not exist (", found.probe.device_count,
+                     " CUDA devices)");
+}
+
 }  // namespace concord::plugin

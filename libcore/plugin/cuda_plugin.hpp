@@ -30,4 +30,10 @@ struct Availability {
 };
 Availability availability();
 
+// Throws Error(kUnavailable) saying what is missing (the plugin, a driver, a
+// device, NCCL when `need_nccl`) unless CUDA device `device` can be used, and
+// InvalidArgument when no such device exists. `what` starts the message.
+// Local: callers check it before a rendezvous, so ranks fail at once.
+void require_device(int device, bool need_nccl, const char* what);
+
 }  // namespace concord::plugin
