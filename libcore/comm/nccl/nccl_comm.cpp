@@ -119,13 +119,20 @@ void NcclComm::create_stream_and_event() {
 void NcclComm::start() { watchdog_ = std::thread([this] { watch(); }); }
 
 NcclComm::~NcclComm() {
+  // Pending operations get the timeout to finish; one that has not even
+  // started by then (its caller's stream is stuck) is aborted with the rest,
+  // so destruction never waits forever.
+  bool drained = true;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     stopping_ = true;
+    changed_.notify_all();
+    drained = changed_.wait_for(lock, std::chrono::duration<double>(timeout_s_),
+                                [this] { return pending_.empty(); });
   }
-  changed_.notify_all();
-  // The watchdog leaves once every pending operation ended or timed out
-  // (and aborted the communicator), so this is bounded by the timeout.
+  if (!drained)
+    abort(StatusCode::kAborted, "the nccl communicator was destroyed with operations that did "
+                                "not finish within " + seconds(timeout_s_));
   if (watchdog_.joinable()) watchdog_.join();
   try {
     DeviceGuard guard(device_);
@@ -361,6 +368,7 @@ void NcclComm::watch() {
       pending_.pop_front();
       spare_events_.push_back(finished.started_event);
       spare_events_.push_back(finished.done_event);
+      changed_.notify_all();  // a destructor may be waiting for the queue to drain
       lock.unlock();
       if (finished.done != nullptr) finished.done(finished.user, 0, "");
       pause = std::chrono::microseconds(20);
