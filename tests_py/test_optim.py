@@ -159,6 +159,23 @@ def test_torch_tensors_are_updated_in_place():
     torch.testing.assert_close(state["momentum_buffer"]["b"], torch.ones(3))
 
 
+def test_torch_parameters_that_require_grad_are_updated_in_place():
+    """nn.Parameter (requires_grad) cannot go through DLPack as it is; it is
+    exported detached, which shares its memory."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    values = rng.standard_normal((5, 3)).astype(np.float32)
+    grad = rng.standard_normal((5, 3)).astype(np.float32)
+    param = torch.nn.Parameter(torch.from_numpy(values.copy()))
+    opt = optim.AdamW(1e-2)
+    state = opt.init({"p": param})
+    new_params, _ = opt.step({"p": param}, {"p": torch.from_numpy(grad)}, state)
+    assert new_params["p"] is param and param.requires_grad
+    expected = {"p": values.copy()}
+    opt.step(expected, {"p": grad}, opt.init(expected))
+    np.testing.assert_array_equal(param.detach().numpy(), expected["p"])
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: optim.SGD(-0.1), "lr must be >= 0"),
     (lambda: optim.SGD(0.1, momentum=-1), "momentum must be >= 0"),

@@ -33,7 +33,8 @@ struct Prod {
   template <typename T>
   CONCORD_HD T operator()(T a, T b) const { return a * b; }
 };
-// NaN propagates, as in torch.maximum / NCCL max.
+// NaN propagates, as in torch.maximum. (NCCL, which reduces CUDA tensors,
+// takes fmax / fmin and drops NaN instead; docs/gpu.md says so.)
 struct Max {
   template <typename T>
   CONCORD_HD T operator()(T a, T b) const { return (a != a || a > b) ? a : b; }

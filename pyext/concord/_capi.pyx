@@ -18,7 +18,7 @@ import enum
 
 import numpy as np
 
-from ._streams import dlpack_stream
+from ._streams import handshake_stream, prepare_export
 
 cnp.import_array()
 
@@ -221,22 +221,24 @@ cdef int _fill_from_numpy(_Tensor t, cnp.ndarray array, str role) except -1:
 
 
 cdef object _export_dlpack(_Tensor t, object array, str role):
-    exporter = getattr(array, "__dlpack__", None)
-    if exporter is None:
+    if getattr(array, "__dlpack__", None) is None:
         raise _invalid(f"{role} is a {type(array).__module__}.{type(array).__qualname__}, "
                        "neither a NumPy array nor an object with __dlpack__")
+    array, stream = prepare_export(array)
+    exporter = array.__dlpack__
     # DLPack's stream handshake: a CUDA producer makes its data ready on the
-    # stream we name, which is the one we then enqueue on.
+    # stream we name; the work is then enqueued on that stream.
     kwargs = {}
-    stream = dlpack_stream(array)
     if stream is not None:
         t.stream = stream
-        # 0 is not a valid DLPack stream; 1 names the legacy default stream.
-        kwargs["stream"] = stream if stream != 0 else 1
+        kwargs["stream"] = handshake_stream(array, stream)
     try:
-        return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION), **kwargs)
-    except TypeError:  # a producer older than DLPack 1.0
-        return exporter(**kwargs)
+        try:
+            return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION), **kwargs)
+        except TypeError:  # a producer older than DLPack 1.0
+            return exporter(**kwargs)
+    except BufferError as error:
+        raise _invalid(f"{role} cannot be exported through DLPack: {error}") from None
 
 
 cdef int _fill_from_dlpack(_Tensor t, object array, str role) except -1:

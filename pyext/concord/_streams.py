@@ -28,26 +28,42 @@ def _torch_stream_getter(torch):
     return lambda device_id: torch.cuda.current_stream(device_id).cuda_stream
 
 
-def dlpack_stream(array):
-    """None for an array in host memory (exported with no stream); for a
-    CUDA array, the stream to enqueue work on and to name in its
-    ``__dlpack__(stream=...)``."""
+def prepare_export(array):
+    """(the array to export, its stream): the stream is None for an array in
+    host memory (exported with no stream argument), else the CUDA stream to
+    enqueue work on. torch tensors that require grad are exported detached
+    (the same memory: DLPack refuses them otherwise)."""
     global _torch_raw_stream
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(array, torch.Tensor):
+        if array.requires_grad:
+            array = array.detach()
         if not array.is_cuda:
-            return None
+            return array, None
         if _torch_raw_stream is None:
             _torch_raw_stream = _torch_stream_getter(torch)
-        return _torch_raw_stream(array.get_device())
+        return array, _torch_raw_stream(array.get_device())
     device = getattr(array, "__dlpack_device__", None)
     if device is None:
-        return None
+        return array, None
     device_type, device_id = device()
     if device_type != _KDL_CUDA and device_type != _KDL_CUDA_MANAGED:
-        return None
+        return array, None
     if type(array).__module__.startswith("cupy"):
         cupy = sys.modules.get("cupy")
         if cupy is not None:
-            return cupy.cuda.get_current_stream().ptr
-    return 0
+            return array, cupy.cuda.get_current_stream().ptr
+    return array, 0
+
+
+def handshake_stream(array, stream):
+    """The `stream` argument of ``array.__dlpack__`` for work on `stream`.
+
+    torch's data is ready on its current stream, which is `stream` itself:
+    -1 asks for no synchronisation (naming the stream would make torch wrap
+    it and record an event on every call). Others get the stream, with 1
+    for the legacy default stream (DLPack does not allow 0)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(array, torch.Tensor):
+        return -1
+    return stream if stream != 0 else 1

@@ -22,6 +22,8 @@ std::string plugin_directory() {
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
 }
 
+// In order; an entry "!name" means the copy already loaded in the process,
+// if any (RTLD_NOLOAD).
 std::vector<std::string> candidates(bool* explicit_path) {
   std::vector<std::string> out;
   if (const char* given = std::getenv("CONCORD_NCCL_LIBRARY"); given != nullptr && *given) {
@@ -30,10 +32,17 @@ std::vector<std::string> candidates(bool* explicit_path) {
     return out;
   }
   *explicit_path = false;
-  out.emplace_back("libnccl.so.2");
+  // A framework's NCCL already in the process (torch loads the wheel's):
+  // sharing it avoids two NCCLs in one process.
+  out.emplace_back("!libnccl.so.2");
+  // The nvidia-nccl wheel before the loader's search path: once a copy is
+  // loaded, glibc hands it to every later "libnccl.so.2" by name, so a
+  // system copy older than the wheel would break a framework imported
+  // afterwards that needs the wheel's symbols.
   // <site-packages>/concord/lib/libconcord_cuda.so -> <site-packages>/nvidia/nccl/lib
   if (const std::string dir = plugin_directory(); !dir.empty())
     out.push_back(dir + "/../../nvidia/nccl/lib/libnccl.so.2");
+  out.emplace_back("libnccl.so.2");
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"})
     if (const char* home = std::getenv(var); home != nullptr && *home) {
       out.push_back(std::string(home) + "/lib64/libnccl.so.2");
@@ -65,9 +74,15 @@ Loaded load() {
   Loaded result;
   bool explicit_path = false;
   std::string tried;
-  for (const std::string& path : candidates(&explicit_path)) {
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  for (const std::string& candidate : candidates(&explicit_path)) {
+    const bool loaded_only = candidate.front() == '!';
+    const std::string path = loaded_only ? candidate.substr(1) : candidate;
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | (loaded_only ? RTLD_NOLOAD : 0));
     if (handle == nullptr) {
+      if (loaded_only) {
+        dlerror();
+        continue;  // none loaded yet: not worth a line in the message
+      }
       const char* why = dlerror();
       tried += "\n  " + path + ": " + (why ? why : "not loadable");
       continue;
@@ -102,6 +117,10 @@ Loaded load() {
       lib.path = std::string(where) + "/" + path.substr(path.rfind('/') + 1);
     } else {
       lib.path = path;
+    }
+    if (char* canonical = realpath(lib.path.c_str(), nullptr)) {
+      lib.path = canonical;
+      std::free(canonical);
     }
     result.ok = true;  // the handle stays open for the life of the process
     return result;

@@ -3,10 +3,11 @@
 // without NCCL and says what it looked for when a communicator needs it.
 //
 // Where it looks, in order: $CONCORD_NCCL_LIBRARY (a path; nothing else is
-// tried then); libnccl.so.2 through the dynamic loader (LD_LIBRARY_PATH, the
-// loader cache, or a copy a framework already loaded); the nvidia-nccl wheel
-// next to the concord package (site-packages/nvidia/nccl/lib); the CUDA
-// toolkit ($CUDA_HOME, /usr/local/cuda).
+// tried then); a libnccl.so.2 already loaded in the process (a framework's);
+// the nvidia-nccl wheel next to the concord package
+// (site-packages/nvidia/nccl/lib); libnccl.so.2 through the dynamic loader
+// (LD_LIBRARY_PATH, the loader cache); the CUDA toolkit ($CUDA_HOME,
+// /usr/local/cuda).
 #pragma once
 
 #include <nccl.h>
