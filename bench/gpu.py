@@ -16,19 +16,24 @@ memory-bound kernels: >= 0.8 of it). Sections:
     float32 -> bfloat16 cast), torch._foreach_mul_ (scale) against concord's
     scale kernel and GradientSynchronizer on a world of one (pack, all-reduce,
     unpack; pack and unpack have no Python entry of their own), with and
-    without bf16 compression; torch's and concord's clip_grad_norm;
+    without bf16 compression; torch's and concord's clip_grad_norm. Without
+    compression only gradients under 256 KiB are packed (larger ones are
+    all-reduced where they are, which on one rank leaves them as they are):
+    that row counts the packed gradients' bytes only, and gives no verdict;
 (c) one AdamW step over four copies of those tensors (102M values):
     concord.optim.AdamW against torch.optim.AdamW(fused=True) and
     (foreach=True); 7 x 4 bytes per value (params, grads, exp_avg, exp_avg_sq
     read; params, exp_avg, exp_avg_sq written);
-(d) in-place sum all_reduce of float32 on a world of one, 8 B to 256 MiB:
-    concord from Python (cc.all_reduce(x, out=x)) against raw NCCL called
-    from C (bench/nccl_raw.c, compiled here with nvcc) on the same buffer
-    and stream. Both time `iters` back-to-back calls between two CUDA events
-    with one synchronisation at the end, so when enqueueing is slower than
-    the GPU the time is the host's pace. Targets: concord's overhead over
-    raw NCCL < 10 us per call; algbw (size / time) at least 0.97 of raw
-    NCCL's from 1 MiB up;
+(d) out-of-place sum all_reduce of float32 on a world of one, 8 B to
+    256 MiB: concord from Python (cc.all_reduce(x, out=y)) against raw NCCL
+    called from C (bench/nccl_raw.c, compiled here with nvcc) on the same
+    send and receive buffers and stream. On one rank an in-place all_reduce
+    does no device work; out of place each call copies the buffer into the
+    receive buffer on the device. Both time `iters` back-to-back calls
+    between two CUDA events with one synchronisation at the end, so when
+    enqueueing is slower than the GPU the time is the host's pace. Targets:
+    concord's overhead over raw NCCL < 10 us per call; algbw (size / time)
+    at least 0.97 of raw NCCL's from 1 MiB up;
 (e) metric updates on the GPU, 1M samples: Accuracy over 1000-class scores
     and ConfusionMatrix over 1000-class labels, concord against torchmetrics
     (when installed) on the same CUDA tensors.
@@ -65,6 +70,10 @@ TARGET_OF_COPY = 0.8
 TARGET_OVERHEAD_US = 10.0
 TARGET_ALGBW_RATIO = 0.97
 NCCL_FLOAT32 = 7  # ncclFloat32 in nccl.h
+# GradientSynchronizer packs uncompressed gradients smaller than this and
+# all-reduces larger ones where they are (kDirectBytes in
+# libcore/dp/grad_sync.hpp).
+PACKED_BELOW_BYTES = 256 * 1024
 ADAMW_COPIES = 4  # four ResNet-50s: about 100M parameters
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-3, (0.9, 0.999), 1e-8, 0.01
 METRIC_SAMPLES = 1_000_000
@@ -197,17 +206,29 @@ def multi_tensor(torch, mode: Mode, copy_gbps: float) -> None:
     add("scale", "torch._foreach_mul_", lambda: torch._foreach_mul_(tensors, factor), 8 * n)
     add("scale", "concord (_capi.scale)", lambda: _capi.scale(tensors, factor), 8 * n, True)
 
+    packed = [t for t in tensors if t.numel() * t.element_size() < PACKED_BELOW_BYTES]
+    packed_n = sum(t.numel() for t in packed)
     print("  pack/unpack have no Python entry of their own: concord's are measured inside "
           "GradientSynchronizer on a world of one (pack, 1-rank all_reduce, unpack; bytes counted "
-          "for pack and unpack only)")
+          "for pack and unpack only). Without compression only the gradients under "
+          f"{PACKED_BELOW_BYTES // 1024} KiB are packed ({len(packed)} of {len(tensors)}, "
+          f"{packed_n / 1e6:.2f}M values); the others are all-reduced where they are, which on "
+          "one rank moves nothing, so that row counts the packed ones' bytes and, too little "
+          "data to approach the copy bandwidth, gets no verdict")
     if not cc.is_initialized():
         cc.init()
     for compress, wire in ((None, 4), ("bf16", 2)):
-        label = "pack + all_reduce + unpack" + ("" if compress is None else ", bf16 wire")
+        if compress is None:
+            label = (f"pack + all_reduce + unpack, f32 (bytes of the {len(packed)} "
+                     f"< {PACKED_BELOW_BYTES // 1024} KiB)")
+            nbytes, with_verdict = 2 * (4 + wire) * packed_n, False
+        else:
+            label = "pack + all_reduce + unpack, bf16 wire (bytes of all)"
+            nbytes, with_verdict = 2 * (4 + wire) * n, True
         try:
             with GradientSynchronizer(tensors, reduce="sum", compress=compress) as sync:
                 add(label, "concord GradientSynchronizer", lambda: sync.synchronize(tensors),
-                    2 * (4 + wire) * n, True)
+                    nbytes, with_verdict)
         except Exception as exc:
             rows.append([label, "concord GradientSynchronizer", "-", "-", "-", "-"])
             notes.append(f"GradientSynchronizer compress={compress}: {type(exc).__name__}: {exc}")
@@ -373,9 +394,10 @@ def _compile_raw_nccl(workdir: str, build_info: dict) -> ctypes.CDLL:
         raise RuntimeError(f"{' '.join(command)} failed: {result.stderr.strip()[-500:]}")
     library = ctypes.CDLL(output)
     library.nccl_raw_allreduce_us.restype = ctypes.c_double
-    library.nccl_raw_allreduce_us.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
-                                              ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
-                                              ctypes.POINTER(ctypes.c_double)]
+    # (send, recv, count, dtype, stream, warmup, iters, host_us)
+    library.nccl_raw_allreduce_us.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                              ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                              ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
     library.nccl_raw_last_error.restype = ctypes.c_char_p
     library.nccl_raw_version.restype = ctypes.c_int
     library.nccl_raw_finalize.restype = ctypes.c_int
@@ -392,9 +414,11 @@ def _iters_for(nbytes: int) -> int:
     return 50
 
 
-def _raw_us(library, x, stream, iters: int) -> tuple[float, float]:
+def _raw_us(library, x, y, stream, iters: int) -> tuple[float, float]:
+    """Raw NCCL's all-reduce of x into y: (us per call, host us per call)."""
     host = ctypes.c_double(0.0)
-    us = library.nccl_raw_allreduce_us(ctypes.c_void_p(x.data_ptr()), x.numel(), NCCL_FLOAT32,
+    us = library.nccl_raw_allreduce_us(ctypes.c_void_p(x.data_ptr()),
+                                       ctypes.c_void_p(y.data_ptr()), x.numel(), NCCL_FLOAT32,
                                        ctypes.c_void_p(stream.cuda_stream), 20, iters,
                                        ctypes.byref(host))
     if us < 0:
@@ -402,16 +426,17 @@ def _raw_us(library, x, stream, iters: int) -> tuple[float, float]:
     return us, host.value
 
 
-def _concord_us(torch, cc, x, iters: int) -> tuple[float, float]:
+def _concord_us(torch, cc, x, y, iters: int) -> tuple[float, float]:
+    """concord's all-reduce of x into y: (us per call, host us per call)."""
     for _ in range(20):
-        cc.all_reduce(x, out=x)
+        cc.all_reduce(x, out=y)
     torch.cuda.synchronize()
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     start.record()
     host_start = time.perf_counter()
     for _ in range(iters):
-        cc.all_reduce(x, out=x)
+        cc.all_reduce(x, out=y)
     host_s = time.perf_counter() - host_start
     end.record()
     end.synchronize()
@@ -434,19 +459,22 @@ def all_reduce(torch, mode: Mode) -> None:
         concord_ok = True
         rows = []
         for nbytes in mode.allreduce_sizes:
+            # Out of place: on one rank each call copies x into y on the
+            # device (in place there would be nothing to do).
             x = torch.ones(max(1, nbytes // 4), device="cuda")
+            y = torch.empty_like(x)
             iters = _iters_for(nbytes)
             raw, ours = [], []
             for _ in range(mode.allreduce_repeats):
                 if library is not None:
                     try:
-                        raw.append(_raw_us(library, x, stream, iters))
+                        raw.append(_raw_us(library, x, y, stream, iters))
                     except Exception as exc:
                         notes.append(f"{_timing.format_bytes(nbytes)} raw NCCL: {exc}")
                         library = None
                 if concord_ok:
                     try:
-                        ours.append(_concord_us(torch, cc, x, iters))
+                        ours.append(_concord_us(torch, cc, x, y, iters))
                     except Exception as exc:
                         notes.append(f"{_timing.format_bytes(nbytes)} concord: "
                                      f"{type(exc).__name__}: {exc}")
@@ -461,7 +489,8 @@ def all_reduce(torch, mode: Mode) -> None:
          "algbw raw GB/s", "cc/raw", f"overhead < {TARGET_OVERHEAD_US:g} us",
          f">= {TARGET_ALGBW_RATIO} (1 MiB up)"], rows))
     print("  us: per call, CUDA events around back-to-back calls; host us: time the host "
-          "spent issuing each call; algbw = size / time")
+          "spent issuing each call; overhead = concord us - raw NCCL us; algbw = size / time, "
+          "each call copying size bytes from the send buffer into the receive buffer")
     for note in notes:
         print(f"  note: {note}")
 
@@ -571,7 +600,7 @@ def main(argv=None) -> int:
             f"({NUMEL / 1e6:.1f}M values), as a fraction of the copy bandwidth",
             multi_tensor, torch, mode, copy_gbps)
     section(f"(c) one AdamW step, {ADAMW_COPIES} x ResNet-50", adamw, torch, mode, copy_gbps)
-    section("(d) all_reduce (sum, in place, float32) on a world of one: concord vs raw NCCL",
+    section("(d) all_reduce (sum, out of place, float32) on a world of one: concord vs raw NCCL",
             all_reduce, torch, mode)
     section(f"(e) metric updates on the GPU, {METRIC_SAMPLES:,} samples", metric_updates,
             torch, mode)

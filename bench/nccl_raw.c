@@ -1,7 +1,10 @@
 /*
  * Raw NCCL all-reduce timing, the floor for bench/gpu.py's comparison: the
- * same in-place sum all-reduce concord issues, called straight from C on a
- * one-rank communicator, with no Python and no concord in the way.
+ * same out-of-place sum all-reduce bench/gpu.py has concord issue (from a
+ * send buffer into a separate receive buffer), called straight from C on a
+ * one-rank communicator, with no Python and no concord in the way. On one
+ * rank an in-place all-reduce does no device work at all; out of place,
+ * each call copies the buffer on the device.
  *
  * bench/gpu.py compiles this file on the fly and loads it with ctypes:
  *
@@ -90,16 +93,16 @@ int nccl_raw_init(void) {
   return 0;
 }
 
-static int time_all_reduce(void* buf, size_t count, ncclDataType_t dtype, cudaStream_t stream,
-                           int warmup, int iters, cudaEvent_t start, cudaEvent_t stop,
-                           float* elapsed_ms, double* host_us) {
+static int time_all_reduce(const void* send, void* recv, size_t count, ncclDataType_t dtype,
+                           cudaStream_t stream, int warmup, int iters, cudaEvent_t start,
+                           cudaEvent_t stop, float* elapsed_ms, double* host_us) {
   for (int i = 0; i < warmup; ++i)
-    CHECK_NCCL(ncclAllReduce(buf, buf, count, dtype, ncclSum, comm, stream));
+    CHECK_NCCL(ncclAllReduce(send, recv, count, dtype, ncclSum, comm, stream));
   CHECK_CUDA(cudaStreamSynchronize(stream));
   CHECK_CUDA(cudaEventRecord(start, stream));
   double host_start = now_us();
   for (int i = 0; i < iters; ++i)
-    CHECK_NCCL(ncclAllReduce(buf, buf, count, dtype, ncclSum, comm, stream));
+    CHECK_NCCL(ncclAllReduce(send, recv, count, dtype, ncclSum, comm, stream));
   double host_end = now_us();
   CHECK_CUDA(cudaEventRecord(stop, stream));
   CHECK_CUDA(cudaEventSynchronize(stop));
@@ -109,8 +112,9 @@ static int time_all_reduce(void* buf, size_t count, ncclDataType_t dtype, cudaSt
 }
 
 /*
- * Times `iters` in-place sum all-reduces of `count` elements of NCCL data
- * type `dtype` (ncclFloat32 = 7, ...) at device pointer `buf`, enqueued on
+ * Times `iters` sum all-reduces of `count` elements of NCCL data type
+ * `dtype` (ncclFloat32 = 7, ...) from device pointer `send` into device
+ * pointer `recv` (out of place; send == recv is in place), enqueued on
  * `stream` (a cudaStream_t; NULL is the legacy default stream), after
  * `warmup` untimed ones. The time is the span between CUDA events recorded
  * on the stream before the first and after the last call, with one
@@ -121,13 +125,13 @@ static int time_all_reduce(void* buf, size_t count, ncclDataType_t dtype, cudaSt
  * nccl_raw_last_error()). When host_us is not NULL it receives the host's
  * time per call spent in ncclAllReduce (enqueueing only).
  */
-double nccl_raw_allreduce_us(void* buf, size_t count, int dtype, void* stream, int warmup,
-                             int iters, double* host_us) {
-  if (iters < 1 || warmup < 0 || (buf == NULL && count > 0) || dtype < 0 ||
+double nccl_raw_allreduce_us(const void* send, void* recv, size_t count, int dtype,
+                             void* stream, int warmup, int iters, double* host_us) {
+  if (iters < 1 || warmup < 0 || ((send == NULL || recv == NULL) && count > 0) || dtype < 0 ||
       dtype >= (int)ncclNumTypes) {
     snprintf(last_error, sizeof last_error,
-             "nccl_raw_allreduce_us: bad arguments (buf %p, count %zu, dtype %d, warmup %d, "
-             "iters %d)", buf, count, dtype, warmup, iters);
+             "nccl_raw_allreduce_us: bad arguments (send %p, recv %p, count %zu, dtype %d, "
+             "warmup %d, iters %d)", send, recv, count, dtype, warmup, iters);
     return NCCL_RAW_ERR_ARGUMENT;
   }
   int rc = nccl_raw_init();
@@ -141,8 +145,8 @@ double nccl_raw_allreduce_us(void* buf, size_t count, int dtype, void* stream, i
     return cuda_failed(cuda_rc, "cudaEventCreate(&stop)");
   }
   float elapsed_ms = 0.0f;
-  rc = time_all_reduce(buf, count, (ncclDataType_t)dtype, (cudaStream_t)stream, warmup, iters,
-                       start, stop, &elapsed_ms, host_us);
+  rc = time_all_reduce(send, recv, count, (ncclDataType_t)dtype, (cudaStream_t)stream, warmup,
+                       iters, start, stop, &elapsed_ms, host_us);
   /* Destroying the events cannot hide the timing's own error. */
   cudaError_t destroy_start = cudaEventDestroy(start);
   cudaError_t destroy_stop = cudaEventDestroy(stop);

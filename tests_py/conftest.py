@@ -8,10 +8,12 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,13 @@ import concord as cc
 from concord import _capi
 
 # Rendezvous settings the test process may have inherited (from a launcher
-# running the suite, say); every job here starts from a clean slate.
+# running the suite, say); every job here starts from a clean slate. Of
+# concord's own variables, three are settings of the machine rather than of
+# a job, and stay: where the CUDA plugin and NCCL are (CONCORD_CUDA_PLUGIN,
+# CONCORD_NCCL_LIBRARY) and the default timeout (CONCORD_TIMEOUT).
 _JOB_VARIABLE = re.compile(r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT"
-                           r"|CONCORD_.*|OMPI_.*|PMI_.*|SLURM_.*)")
+                           r"|CONCORD_(?!(?:CUDA_PLUGIN|NCCL_LIBRARY|TIMEOUT)$).*"
+                           r"|OMPI_.*|PMI_.*|SLURM_.*)")
 
 
 @pytest.fixture(autouse=True)
@@ -81,16 +87,34 @@ def thread_ranks():
 # GPU machines.
 
 
+def _warning_texts(caught):
+    return "; ".join(f"{w.category.__name__}: {w.message}" for w in caught)
+
+
 @functools.cache
 def cuda_problem():
     """Why the GPU tests cannot run here, or None when they can."""
-    try:
-        import torch
-    except ImportError:
-        return "needs torch with CUDA: torch is not installed"
-    if not torch.cuda.is_available():
+    # Warnings while importing torch or probing CUDA (torch's "CUDA
+    # initialization: ..." when the driver is missing or too old, say) are
+    # recorded here, not turned into errors by the suite's filterwarnings,
+    # and explain a skip.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            import torch
+        except ModuleNotFoundError as exc:
+            if exc.name == "torch":
+                return "needs torch with CUDA: torch is not installed"
+            return f"needs torch with CUDA: torch failed to import: {exc}"
+        except Exception as exc:  # installed, but a library of its own does not load
+            return f"needs torch with CUDA: torch failed to import: {type(exc).__name__}: {exc}"
+        available = torch.cuda.is_available()
+    if not available:
         built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "without CUDA"
-        return f"needs a CUDA device: torch {torch.__version__} ({built}) sees none"
+        problem = f"needs a CUDA device: torch {torch.__version__} ({built}) sees none"
+        if caught:
+            problem += f" ({_warning_texts(caught)})"
+        return problem
     return None
 
 
@@ -134,17 +158,65 @@ def cupy_cuda():
 _GPU_WORKER = Path(__file__).with_name("gpu_helpers.py")
 
 
-def _stop_job(process, grace_s=10.0):
-    """Stops a launcher and every rank it started (they share its session)."""
-    for signum in (signal.SIGTERM, signal.SIGKILL):
+def _children(pid):
+    """The pids of the live children of process `pid`."""
+    children = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
-            os.killpg(process.pid, signum)
+            children.update(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            pass
+    if not children and shutil.which("pgrep"):  # a kernel without /proc/*/task/*/children
+        try:
+            listed = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True,
+                                    timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return children
+        children.update(int(c) for c in listed.stdout.split() if c.isdigit())
+    return children
+
+
+def _kill_rank_groups(launcher_pid):
+    """SIGKILL to the process group of every child of the launcher: each
+    rank leads its own session and group (concord.run starts them with
+    start_new_session), which also holds what the rank started."""
+    groups = set()
+    for child in _children(launcher_pid):
+        try:
+            groups.add(os.getpgid(child))
         except ProcessLookupError:
-            break
+            pass
+    for group in groups - {os.getpgrp()}:
         try:
-            return process.communicate(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            continue
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _stop_job(process, grace_s=10.0):
+    """Stops a launcher and every rank it started. The launcher leads its own
+    session and process group; each rank leads another (concord.run starts
+    them with start_new_session), so a signal to the launcher's group does
+    not reach them. SIGTERM goes to the launcher's group, and the launcher
+    passes it on to its ranks and waits for them; if it is still there after
+    `grace_s`, SIGKILL goes to the ranks' groups and to the launcher's, so
+    that no rank is left holding the GPU."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return process.communicate()
+    try:
+        return process.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        # Stopped, the launcher starts no rank while its children are
+        # listed; once it is gone they would no longer be its children.
+        os.killpg(process.pid, signal.SIGSTOP)
+        _kill_rank_groups(process.pid)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     return process.communicate()
 
 

@@ -17,6 +17,8 @@ synchronisation than that stream's.
 
 import os
 import secrets
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -334,6 +336,11 @@ class Checks:
             x = torch.zeros_like(src)
             delay(torch)
             x.copy_(src)
+        # src was allocated on the current stream and is read on `stream`
+        # after the sleep: without this, freeing it on return would let the
+        # caching allocator hand its memory to the next allocation on the
+        # current stream before `stream` has read it.
+        src.record_stream(stream)
         return x
 
     def on_stream(self, dtype, shape, stream, where):
@@ -540,6 +547,9 @@ def share_the_gpu(rank):
     different hosts (traffic then goes over sockets, on loopback here), and
     newer NCCL versions accept NCCL_MULTI_RANK_GPU_ENABLE=1 instead."""
     os.environ["NCCL_HOSTID"] = f"concord-test-host-{rank}"
+    # Ranks on "different hosts" use NCCL's network transport: its socket
+    # one, so that no installed network plugin is tried on loopback.
+    os.environ.setdefault("NCCL_NET", "Socket")
     os.environ["NCCL_MULTI_RANK_GPU_ENABLE"] = "1"
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_IB_DISABLE", "1")
@@ -576,7 +586,40 @@ def two_ranks_on_one_gpu(seed):
         cc.shutdown()
 
 
+def compute_mode(torch):
+    """nvidia-smi's compute mode of CUDA device 0 of this process (the GPU
+    the ranks share), e.g. "Default" or "Exclusive_Process"; None when it
+    cannot tell (no nvidia-smi, or the device not identified)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        listed = subprocess.run([smi, "--query-gpu=uuid,compute_mode", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if listed.returncode != 0:
+        return None
+    modes = {}
+    for line in listed.stdout.splitlines():
+        uuid, _, mode = line.partition(",")
+        if mode.strip():
+            modes[uuid.strip().lower().removeprefix("gpu-")] = mode.strip()
+    uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+    if uuid is not None:
+        mode = modes.get(str(uuid).lower().removeprefix("gpu-"))
+        if mode is not None:
+            return mode
+    # A MIG instance, or a torch without the UUID: the answer is certain
+    # only when every GPU reports the same mode.
+    return next(iter(modes.values())) if len(set(modes.values())) == 1 else None
+
+
 def test_two_ranks_sharing_the_gpu(torch_cuda, process_ranks, seed):
+    mode = compute_mode(torch_cuda)
+    if mode is not None and mode.lower() == "exclusive_process":
+        pytest.skip("two ranks cannot share the GPU: nvidia-smi reports it in "
+                    "EXCLUSIVE_PROCESS compute mode (one process at a time)")
     results = process_ranks(2, two_ranks_on_one_gpu, seed, timeout=900.0)
     failures = [failure for rank in results for failure in rank]
     assert not failures, _report(failures)

@@ -163,6 +163,10 @@ def test_optimizer_step_on_a_non_default_stream(torch_cuda, seed):
             delay(torch)
             for g, src in zip(grads_gpu, sources):
                 g.copy_(src)
+                # Made on the current stream, read on `stream` after the
+                # sleep: the next iteration drops `sources`, and its memory
+                # must not be reused before `stream` has read it.
+                src.record_stream(stream)
             params_gpu, state_gpu = opt_gpu.step(params_gpu, grads_gpu, state_gpu)
             seen = [p.clone() for p in params_gpu]
     stream.synchronize()
