@@ -99,17 +99,35 @@ int comm_abort(void* comm, const char* reason) {
   return plugin::guarded([&] { as_comm(comm).abort(StatusCode::kAborted, reason); });
 }
 
-int all_reduce(void* comm, const char* op, std::uint64_t seq, const void* send, void* recv,
-               std::size_t count, DType dtype, ReduceOp reduce, plugin::Stream stream,
-               plugin::Completion done, void* user) {
+// ncclAllReduce and ncclReduceScatter share a signature: `count` is the
+// element count of send for the one and of recv for the other.
+using Reduction = decltype(&ncclAllReduce);
+
+int reduction(Reduction Library::*which, void* comm, const char* op, std::uint64_t seq,
+              const void* send, void* recv, std::size_t count, DType dtype, ReduceOp reduce,
+              plugin::Stream stream, plugin::Completion done, void* user) {
   return plugin::guarded([&] {
     const ncclDataType_t type = nccl_type(dtype);
     const ncclRedOp_t red = nccl_op(reduce);
-    const Library& lib = require_library();
+    const Reduction call = require_library().*which;
     as_comm(comm).enqueue(op, seq, stream, [&](ncclComm_t c, cudaStream_t s) {
-      return lib.AllReduce(send, recv, count, type, red, c, s);
+      return call(send, recv, count, type, red, c, s);
     }, done, user);
   });
+}
+
+int all_reduce(void* comm, const char* op, std::uint64_t seq, const void* send, void* recv,
+               std::size_t count, DType dtype, ReduceOp reduce, plugin::Stream stream,
+               plugin::Completion done, void* user) {
+  return reduction(&Library::AllReduce, comm, op, seq, send, recv, count, dtype, reduce, stream,
+                   done, user);
+}
+
+int reduce_scatter(void* comm, const char* op, std::uint64_t seq, const void* send, void* recv,
+                   std::size_t recv_count, DType dtype, ReduceOp reduce, plugin::Stream stream,
+                   plugin::Completion done, void* user) {
+  return reduction(&Library::ReduceScatter, comm, op, seq, send, recv, recv_count, dtype, reduce,
+                   stream, done, user);
 }
 
 int all_gather(void* comm, const char* op, std::uint64_t seq, const void* send, void* recv,
@@ -118,19 +136,6 @@ int all_gather(void* comm, const char* op, std::uint64_t seq, const void* send, 
     const Library& lib = require_library();
     as_comm(comm).enqueue(op, seq, stream, [&](ncclComm_t c, cudaStream_t s) {
       return lib.AllGather(send, recv, bytes, ncclUint8, c, s);
-    }, done, user);
-  });
-}
-
-int reduce_scatter(void* comm, const char* op, std::uint64_t seq, const void* send, void* recv,
-                   std::size_t recv_count, DType dtype, ReduceOp reduce, plugin::Stream stream,
-                   plugin::Completion done, void* user) {
-  return plugin::guarded([&] {
-    const ncclDataType_t type = nccl_type(dtype);
-    const ncclRedOp_t red = nccl_op(reduce);
-    const Library& lib = require_library();
-    as_comm(comm).enqueue(op, seq, stream, [&](ncclComm_t c, cudaStream_t s) {
-      return lib.ReduceScatter(send, recv, recv_count, type, red, c, s);
     }, done, user);
   });
 }
