@@ -18,6 +18,4 @@ void set_last_error(std::string message) noexcept {
   }
 }
 
-void raise(StatusCode code, std::string message) { throw Error(code, std::move(message)); }
-
 }  // namespace concord::plugin

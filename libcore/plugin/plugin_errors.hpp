@@ -14,9 +14,6 @@ namespace concord::plugin {
 const char* last_error() noexcept;
 void set_last_error(std::string message) noexcept;
 
-// Thrown inside the plugin; never crosses into libconcord.
-[[noreturn]] void raise(StatusCode code, std::string message);
-
 template <class Body>
 int guarded(Body&& body) noexcept {
   try {

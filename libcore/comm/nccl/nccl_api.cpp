@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "base/format.hpp"
 #include "comm/nccl/nccl_comm.hpp"
 #include "comm/nccl/nccl_library.hpp"
 #include "plugin/cuda_plugin_abi.hpp"
@@ -26,7 +27,7 @@ ncclDataType_t nccl_type(DType dtype) {
     case DType::kUInt8: return ncclUint8;
     case DType::kBool: return ncclUint8;  // 0/1 bytes: max and min agree with bool's
   }
-  plugin::raise(StatusCode::kInvalidArgument, "nccl: unsupported dtype");
+  invalid_argument("nccl: unsupported dtype");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -37,7 +38,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMean: return ncclAvg;
   }
-  plugin::raise(StatusCode::kInvalidArgument, "nccl: unsupported reduce op");
+  invalid_argument("nccl: unsupported reduce op");
 }
 
 NcclComm& as_comm(void* comm) { return *static_cast<NcclComm*>(comm); }
@@ -72,8 +73,7 @@ int unique_id(unsigned char* id) {
     ncclUniqueId unique;
     const ncclResult_t result = lib.GetUniqueId(&unique);
     if (result != ncclSuccess)
-      plugin::raise(StatusCode::kInternal,
-                    std::string("ncclGetUniqueId failed: ") + lib.GetErrorString(result));
+      fail(StatusCode::kInternal, "ncclGetUniqueId failed: ", lib.GetErrorString(result));
     std::memcpy(id, &unique, sizeof unique);
   });
 }

@@ -4,40 +4,16 @@
 #include <string>
 #include <utility>
 
-#include "plugin/plugin_errors.hpp"
+#include "base/format.hpp"
+#include "plugin/cuda_errors.hpp"
 
 namespace concord::nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Sets the calling thread's CUDA device for a scope.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
-      cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
-  static void check(cudaError_t error, const char* what) {
-    if (error != cudaSuccess)
-      plugin::raise(error == cudaErrorMemoryAllocation ? StatusCode::kOutOfMemory
-                                                       : StatusCode::kInternal,
-                    std::string(what) + ": " + cudaGetErrorString(error));
-  }
-
- private:
-  int previous_ = -1;
-};
-
-void check_cuda(cudaError_t error, const char* what) { DeviceGuard::check(error, what); }
+using plugin::check_cuda;
+using plugin::DeviceGuard;
 
 // NCCL failures caused by the network or a peer leave the other ranks to
 // blame; the rest are bugs or misuse here.
@@ -46,12 +22,6 @@ StatusCode code_of(ncclResult_t result) {
                                                                   : StatusCode::kInternal;
 }
 
-std::string seconds(double s) {
-  std::string text = std::to_string(s);
-  while (text.size() > 1 && text.back() == '0') text.pop_back();
-  if (!text.empty() && text.back() == '.') text.pop_back();
-  return text + " s";
-}
 
 }  // namespace
 
@@ -76,12 +46,9 @@ CudaState cuda_state() {
 NcclComm::NcclComm(const ncclUniqueId& id, int nranks, int rank, int device, double timeout_s)
     : lib_(require_library()), device_(device), timeout_s_(timeout_s) {
   const CudaState cuda = cuda_state();
-  if (cuda.device_count == 0) plugin::raise(StatusCode::kUnavailable, "nccl: " + cuda.problem);
+  if (cuda.device_count == 0) fail(StatusCode::kUnavailable, "nccl: ", cuda.problem);
   if (device < 0 || device >= cuda.device_count)
-    plugin::raise(StatusCode::kInvalidArgument, "nccl: cuda:" + std::to_string(device) +
-                                                    " does not exist (" +
-                                                    std::to_string(cuda.device_count) +
-                                                    " devices)");
+    invalid_argument("nccl: cuda:", device, " does not exist (", cuda.device_count, " devices)");
   DeviceGuard guard(device_);
   create_stream_and_event();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -132,7 +99,7 @@ NcclComm::~NcclComm() {
   }
   if (!drained)
     abort(StatusCode::kAborted, "the nccl communicator was destroyed with operations that did "
-                                "not finish within " + seconds(timeout_s_));
+                                "not finish within " + concat(timeout_s_, " s"));
   if (watchdog_.joinable()) watchdog_.join();
   try {
     DeviceGuard guard(device_);
@@ -180,7 +147,7 @@ void NcclComm::settle(ncclComm_t comm, ncclResult_t result, const char* what) {
     }
     if (Clock::now() > deadline)
       throw Error(StatusCode::kTimeout, std::string(what) + " did not finish within " +
-                                            seconds(timeout_s_) +
+                                            concat(timeout_s_, " s") +
                                             " (a peer is missing or stuck)");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -215,8 +182,8 @@ NcclComm* NcclComm::split(int color, int key) {
     std::lock_guard nccl_lock(nccl_mutex_);
     check_usable();
     if (lib_.CommSplit == nullptr)
-      plugin::raise(StatusCode::kUnavailable, "split: NCCL " + version_string(lib_.version) +
-                                                  " has no ncclCommSplit (NCCL 2.18 or newer)");
+      fail(StatusCode::kUnavailable, "split: NCCL ", version_string(lib_.version),
+           " has no ncclCommSplit (NCCL 2.18 or newer)");
     DeviceGuard guard(device_);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
@@ -404,7 +371,7 @@ void NcclComm::watch() {
     }
     if (!failure && overdue)
       failure = Status{StatusCode::kTimeout,
-                       label + " did not finish within " + seconds(timeout_s_) +
+                       label + " did not finish within " + concat(timeout_s_, " s") +
                            " on nccl (cuda:" + std::to_string(device_) +
                            "); a peer is missing or stuck; the communicator was aborted"};
     if (failure) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "plugin/plugin_errors.hpp"
+#include "base/format.hpp"
 
 namespace concord::nccl {
 namespace {
@@ -146,7 +146,7 @@ const Library* library(std::string* problem) {
 const Library& require_library() {
   std::string problem;
   const Library* lib = library(&problem);
-  if (lib == nullptr) plugin::raise(StatusCode::kUnavailable, problem);
+  if (lib == nullptr) fail(StatusCode::kUnavailable, problem);
   return *lib;
 }
 

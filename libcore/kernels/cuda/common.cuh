@@ -22,6 +22,8 @@
 
 #include "base/dtype.hpp"
 #include "base/status.hpp"
+#include "base/format.hpp"
+#include "plugin/cuda_errors.hpp"
 #include "plugin/cuda_plugin_abi.hpp"
 #include "plugin/plugin_errors.hpp"
 
@@ -29,28 +31,8 @@ namespace concord::cuda_exec {
 
 // ---- errors and devices -------------------------------------------------------
 
-// The status of a CUDA error: out of memory for failed allocations,
-// unavailable when there is no usable device (none, an old driver, a GPU
-// this build has no code for), an internal error otherwise.
-inline StatusCode status_of(cudaError_t err) {
-  switch (err) {
-    case cudaErrorMemoryAllocation: return StatusCode::kOutOfMemory;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorNoKernelImageForDevice: return StatusCode::kUnavailable;
-    default: return StatusCode::kInternal;
-  }
-}
-
-// Raises (as a plugin Error) when `err` is not cudaSuccess, with CUDA's own
-// name and text for it.
-inline void check_cuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return;
-  cudaGetLastError();  // the runtime keeps it too: clear it, or a later check_launch sees it
-  plugin::raise(status_of(err), std::string(what) + ": " + cudaGetErrorName(err) + ": " +
-                                    cudaGetErrorString(err));
-}
+using plugin::check_cuda;
+using plugin::DeviceGuard;
 
 // After a launch: launch errors (bad configuration, no kernel image for the
 // device) show up here, not at the <<< >>> itself.
@@ -60,31 +42,8 @@ inline void check_launch(const char* kernel) {
 
 inline cudaStream_t to_cuda(plugin::Stream stream) { return static_cast<cudaStream_t>(stream); }
 
-// Makes `device` current for the guard's lifetime and restores the device
-// that was current before.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(std::int32_t device) {
-    check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) {
-      check_cuda(cudaSetDevice(device), "cudaSetDevice");
-      switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
-
 [[noreturn]] inline void unsupported_dtype(const char* kernel, DType dtype) {
-  plugin::raise(StatusCode::kInvalidArgument,
-                std::string(kernel) + ": dtype " + dtype_name(dtype) + " is not supported here");
+  invalid_argument(kernel, ": dtype ", dtype_name(dtype), " is not supported here");
 }
 
 // A dtype as a type, for dispatching a runtime dtype to a kernel template.

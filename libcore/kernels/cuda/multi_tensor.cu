@@ -94,7 +94,7 @@ void launch_copy(std::size_t element_bytes, const TensorTable<2>& table, std::in
     case 4: copy_kernel<std::uint32_t><<<blocks, kThreads, 0, stream>>>(table); break;
     case 8: copy_kernel<std::uint64_t><<<blocks, kThreads, 0, stream>>>(table); break;
     default:
-      plugin::raise(StatusCode::kInternal, "copy_kernel: unexpected element size");
+      fail(StatusCode::kInternal, "copy_kernel: unexpected element size");
   }
   check_launch("copy_kernel");
 }
