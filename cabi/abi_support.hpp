@@ -2,10 +2,12 @@
 // guard every exported function wraps its body in.
 #pragma once
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "base/format.hpp"
 #include "base/tensor_view.hpp"
@@ -49,6 +51,35 @@ void require_out(T* out, const char* what) {
 
 inline TensorView view(const DLTensor* tensor, const char* role) {
   return TensorView::from_dlpack(tensor, role);
+}
+
+// A role name such as "params[3]" or "confusion_matrix: preds", built in
+// place: every call names its tensors, the names are read only on failure,
+// and formatting them through a stream and the heap cost more than the
+// call's own work for small tensors.
+class RoleName {
+ public:
+  RoleName(const char* name, std::size_t index) {
+    std::snprintf(text_, sizeof text_, "%s[%zu]", name, index);
+  }
+  RoleName(const char* prefix, const char* name) {
+    std::snprintf(text_, sizeof text_, "%s: %s", prefix, name);
+  }
+  const char* c_str() const noexcept { return text_; }
+
+ private:
+  char text_[128];
+};
+
+// Views of tensors[0..n); `name` names the array and `count` its length
+// argument in messages.
+inline std::vector<TensorView> views(const DLTensor* const* tensors, std::size_t n,
+                                     const char* name, const char* count = "num_tensors") {
+  if (tensors == nullptr && n != 0) invalid_argument(name, " is NULL but ", count, " is ", n);
+  std::vector<TensorView> result;
+  result.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) result.push_back(view(tensors[i], RoleName(name, i).c_str()));
+  return result;
 }
 
 // The calling thread's stream for kernel calls on CUDA tensors, as set by

@@ -458,12 +458,7 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
                                         concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = *require(comm, "comm").comm;
-  if (tensors == nullptr && num_tensors != 0) concord::invalid_argument("tensors is NULL");
-  std::vector<concord::TensorView> views;
-  views.reserve(num_tensors);
-  for (size_t i = 0; i < num_tensors; ++i)
-    views.push_back(view(tensors[i], concord::concat("tensors[", i, "]").c_str()));
-  store_work(work, c.all_reduce_multi(std::move(views), to_reduce_op(static_cast<int>(op)), work != nullptr, stream),
+  store_work(work, c.all_reduce_multi(concord::cabi::views(tensors, num_tensors, "tensors"), to_reduce_op(static_cast<int>(op)), work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END
 }

@@ -2,6 +2,7 @@
 // multi-tensor helpers of gradient clipping. Every argument is checked
 // before any tensor is read or written. Kernel calls on CUDA tensors are
 // enqueued on the calling thread's stream (concord_set_stream).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -34,6 +35,7 @@ using concord::cabi::require;
 using concord::cabi::require_out;
 using concord::cabi::to_reduce_op;
 using concord::cabi::view;
+using concord::cabi::views;
 
 template <typename Options>
 const Options& require_options(const Options* options, const char* type, const char* init) {
@@ -43,18 +45,6 @@ const Options& require_options(const Options* options, const char* type, const c
     invalid_argument("options->struct_size is ", options->struct_size, "; set it to sizeof(", type,
                      ") = ", sizeof(Options));
   return *options;
-}
-
-// Views of tensors[0..n); `name` names the array and `count` its length
-// argument in messages.
-std::vector<TensorView> views(const DLTensor* const* tensors, std::size_t n, const char* name,
-                              const char* count = "num_tensors") {
-  if (tensors == nullptr && n != 0) invalid_argument(name, " is NULL but ", count, " is ", n);
-  std::vector<TensorView> result;
-  result.reserve(n);
-  for (std::size_t i = 0; i < n; ++i)
-    result.push_back(view(tensors[i], concat(name, "[", i, "]").c_str()));
-  return result;
 }
 
 std::vector<std::int64_t> shape_of(const DLTensor& t) {
@@ -67,11 +57,15 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return text + "]";
 }
 
+bool same_shape(const DLTensor& t, const std::int64_t* shape, std::size_t ndim) {
+  return static_cast<std::size_t>(t.ndim) == ndim && std::equal(t.shape, t.shape + t.ndim, shape);
+}
+
 // Call after views(), which rejects NULL tensors and missing shapes.
 void check_same_shapes(const DLTensor* const* a, const char* a_name, const DLTensor* const* b,
                        const char* b_name, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
-    if (shape_of(*a[i]) != shape_of(*b[i]))
+    if (!same_shape(*a[i], b[i]->shape, static_cast<std::size_t>(b[i]->ndim)))
       invalid_argument(a_name, "[", i, "] has shape ", shape_text(shape_of(*a[i])), " but ",
                        b_name, "[", i, "] has shape ", shape_text(shape_of(*b[i])));
 }
@@ -151,7 +145,7 @@ concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t ind
   if (index >= s.shapes.size())
     invalid_argument("grad_sync_mark_ready: gradient index ", index, " is outside [0, ",
                      s.shapes.size(), ")");
-  if (shape_of(*grad) != s.shapes[index])
+  if (!same_shape(*grad, s.shapes[index].data(), s.shapes[index].size()))
     invalid_argument("grad_sync_mark_ready: grad has shape ", shape_text(shape_of(*grad)),
                      " but gradient ", index, " was planned with shape ",
                      shape_text(s.shapes[index]));

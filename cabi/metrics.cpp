@@ -1,8 +1,6 @@
 // The C ABI of the metric update kernels: turn DLTensors into shaped views
 // and hand them to libcore/metrics, which validates and runs the update
 // (on CUDA tensors, enqueued on the calling thread's stream).
-#include <string>
-
 #include "abi_support.hpp"
 #include "metrics/updates.hpp"
 
@@ -14,8 +12,7 @@ using concord::metrics::ShapedView;
 // `op` prefixes the role in messages ("confusion_matrix: preds tensor is
 // NULL"), as the kernels' own messages are prefixed.
 ShapedView shaped(const DLTensor* tensor, const char* op, const char* role) {
-  const std::string name = std::string(op) + ": " + role;
-  ShapedView result{concord::cabi::view(tensor, name.c_str()), {}};
+  ShapedView result{concord::cabi::view(tensor, concord::cabi::RoleName(op, role).c_str()), {}};
   result.shape.assign(tensor->shape, tensor->shape + tensor->ndim);
   return result;
 }
