@@ -20,8 +20,6 @@ enum class StatusCode : int {
   kInternal = 8,
 };
 
-const char* status_code_name(StatusCode code) noexcept;
-
 // A status as a value: what a finished Work carries.
 struct Status {
   StatusCode code = StatusCode::kOk;

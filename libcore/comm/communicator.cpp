@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "base/format.hpp"
 #include "comm/progress_thread.hpp"
 #include "comm/shm/shm_backend.hpp"
+#include "kernels/cpu/multi_tensor.hpp"
 #include "plugin/cuda_plugin.hpp"
 #include "rendezvous/store.hpp"
 
@@ -78,10 +78,6 @@ Communicator::~Communicator() {
 
 const char* Communicator::cpu_backend_name() const noexcept { return cpu_backend_->name(); }
 
-const char* Communicator::cuda_backend_name() const noexcept {
-  std::lock_guard lock(const_cast<std::mutex&>(nccl_mutex_));
-  return nccl_ ? "nccl" : nullptr;
-}
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   check_usable("split");
@@ -108,10 +104,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
       try {
         child_nccl = nccl_->split(color, key);
       } catch (const Error& e) {
-        if (breaks_communicator(e.code())) {
-          std::lock_guard failure_lock(failure_mutex_);
-          if (!failure_) failure_ = e.status();
-        }
+        if (breaks_communicator(e.code())) record_failure(e.status());
         throw;
       }
     }
@@ -177,10 +170,7 @@ std::shared_ptr<Work> Communicator::run_on_device(const char* op, const Device& 
     body(nccl, OpLabel{op, seq}, work);
     return work;
   } catch (const Error& e) {
-    if (breaks_communicator(e.code())) {
-      std::lock_guard failure_lock(failure_mutex_);
-      if (!failure_) failure_ = e.status();
-    }
+    if (breaks_communicator(e.code())) record_failure(e.status());
     throw;
   }
 }
@@ -221,20 +211,18 @@ void Communicator::execute(const char* op, std::uint64_t seq, Backend& backend,
   try {
     body(backend, OpLabel{op, seq});
   } catch (const Error& e) {
-    if (breaks_communicator(e.code())) {
-      std::lock_guard failure_lock(failure_mutex_);
-      if (!failure_) failure_ = e.status();
-    }
+    if (breaks_communicator(e.code())) record_failure(e.status());
     throw;
   }
 }
 
+void Communicator::record_failure(const Status& status) {
+  std::lock_guard lock(failure_mutex_);
+  if (!failure_) failure_ = status;
+}
+
 void Communicator::abort() noexcept {
-  {
-    std::lock_guard lock(failure_mutex_);
-    if (!failure_)
-      failure_ = Status{StatusCode::kAborted, concat("rank ", rank_, " aborted the communicator")};
-  }
+  record_failure({StatusCode::kAborted, concat("rank ", rank_, " aborted the communicator")});
   const std::string reason = concat("rank ", rank_, " called abort");
   cpu_backend_->abort(reason.c_str());
   std::lock_guard lock(nccl_mutex_);
@@ -345,24 +333,18 @@ std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> ten
       if (t.nbytes() >= kMultiPackBelowBytes)
         b.all_reduce(label, t.data, t.data, static_cast<std::size_t>(t.numel), t.dtype, op);
     for (DType dtype : dtypes) {
-      std::size_t bytes = 0;
-      for (const TensorView& t : tensors)
-        if (t.dtype == dtype && packed_here(t)) bytes += t.nbytes();
-      if (bytes == 0) continue;
-      std::vector<unsigned char> packed(bytes);
-      std::size_t offset = 0;
+      std::vector<TensorView> packed;
+      std::size_t numel = 0;
       for (const TensorView& t : tensors)
         if (t.dtype == dtype && packed_here(t)) {
-          std::memcpy(packed.data() + offset, t.data, t.nbytes());
-          offset += t.nbytes();
+          packed.push_back(t);
+          numel += static_cast<std::size_t>(t.numel);
         }
-      b.all_reduce(label, packed.data(), packed.data(), bytes / dtype_size(dtype), dtype, op);
-      offset = 0;
-      for (const TensorView& t : tensors)
-        if (t.dtype == dtype && packed_here(t)) {
-          std::memcpy(t.data, packed.data() + offset, t.nbytes());
-          offset += t.nbytes();
-        }
+      if (numel == 0) continue;
+      auto buffer = std::make_unique_for_overwrite<unsigned char[]>(numel * dtype_size(dtype));
+      cpu::pack(packed, buffer.get(), dtype, 1.0);
+      b.all_reduce(label, buffer.get(), buffer.get(), numel, dtype, op);
+      cpu::unpack(buffer.get(), dtype, packed, 1.0);
     }
   }, async);
 }

@@ -13,7 +13,6 @@
 // done. `stream` is ignored for CPU tensors.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -80,8 +79,6 @@ class Communicator {
 
   // Fails pending and future collectives here and on the peers.
   void abort() noexcept;
-  // Name of the backend for CUDA tensors once one exists ("nccl"), else nullptr.
-  const char* cuda_backend_name() const noexcept;
 
  private:
   Backend& backend_for(const Device& device, const char* op);
@@ -90,6 +87,8 @@ class Communicator {
   void execute(const char* op, std::uint64_t seq, Backend& backend,
                const std::function<void(Backend&, OpLabel)>& body);
   void check_usable(const char* op) const;
+  // Keeps the first failure that leaves the communicator unusable.
+  void record_failure(const Status& status);
   NcclBackend& nccl_for(const Device& device, const char* op);
   using DeviceBody = std::function<void(NcclBackend&, OpLabel, const std::shared_ptr<Work>&)>;
   std::shared_ptr<Work> run_on_device(const char* op, const Device& device, bool async,

@@ -7,6 +7,7 @@
 #include "kernels/cpu/multi_tensor.hpp"
 #include "kernels/cuda/launch.hpp"
 #include "kernels/dispatch.hpp"
+#include "kernels/pack.hpp"
 
 namespace concord::kernels {
 namespace {
@@ -31,8 +32,6 @@ void check_floating(const char* op, std::span<const TensorView> tensors) {
                        "supported");
   }
 }
-
-bool is_plain_copy(DType from, DType to, double factor) { return from == to && factor == 1.0; }
 
 void check_conversions(const char* op, std::span<const TensorView> tensors, DType wire_dtype,
                        double factor) {

@@ -50,6 +50,12 @@ struct FloatCodec<DType::kFloat16> {
   static CONCORD_HD std::uint16_t store(float v) { return float_to_fp16(v); }
 };
 
+// A conversion that is a copy of the bytes: the same dtype, unscaled. The
+// only conversion non-floating dtypes support.
+CONCORD_HD bool is_plain_copy(DType from, DType to, double factor) {
+  return from == to && factor == 1.0;
+}
+
 namespace functors {
 
 // to = from * scale. The product is taken in the wider compute type of the

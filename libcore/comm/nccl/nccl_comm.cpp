@@ -252,7 +252,7 @@ void NcclComm::enqueue(const char* op, std::uint64_t seq, plugin::Stream caller,
     }
     if (!failed) {
       std::lock_guard lock(mutex_);
-      pending_.push_back(Pending{started, finished, op, seq, done, user, false, Clock::now()});
+      pending_.push_back(Pending{started, finished, label, done, user, false, Clock::now()});
     }
   }
   if (failed) {
@@ -348,7 +348,7 @@ void NcclComm::watch() {
       front.started = true;
       front.since = Clock::now();
     }
-    const std::string label = front.op + " #" + std::to_string(front.seq);
+    const std::string label = front.label;  // a copy: abort() may drop the entry
     const bool overdue =
         front.started && Clock::now() - front.since > std::chrono::duration<double>(timeout_s_);
     lock.unlock();

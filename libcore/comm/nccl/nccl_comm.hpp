@@ -59,8 +59,7 @@ class NcclComm {
   struct Pending {
     cudaEvent_t started_event;  // on the communicator's stream, before the NCCL call
     cudaEvent_t done_event;     // after it
-    std::string op;
-    std::uint64_t seq;
+    std::string label;          // "all_reduce #12", for messages
     plugin::Completion done;
     void* user;
     bool started = false;

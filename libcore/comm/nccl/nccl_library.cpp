@@ -151,11 +151,9 @@ const Library& require_library() {
 }
 
 std::string version_string(int code) {
-  // NCCL_VERSION(X, Y, Z): X*10000 + Y*100 + Z since 2.9, X*1000 + Y*100 + Z before.
-  const int major = code >= 10000 ? code / 10000 : code / 1000;
-  const int minor = code >= 10000 ? (code % 10000) / 100 : (code % 1000) / 100;
-  const int patch = code % 100;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+  // NCCL_VERSION(X, Y, Z) = X*10000 + Y*100 + Z for every NCCL loaded here
+  // (2.14 or newer; the encoding changed at 2.9).
+  return concat(code / 10000, ".", (code % 10000) / 100, ".", code % 100);
 }
 
 }  // namespace concord::nccl

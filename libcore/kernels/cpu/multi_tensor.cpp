@@ -9,7 +9,6 @@
 namespace concord::cpu {
 namespace {
 
-bool is_plain_copy(DType from, DType to, double factor) { return from == to && factor == 1.0; }
 
 // ---- kernels: plain loops over the shared functors ---------------------------
 

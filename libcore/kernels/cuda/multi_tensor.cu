@@ -99,7 +99,6 @@ void launch_copy(std::size_t element_bytes, const TensorTable<2>& table, std::in
   check_launch("copy_kernel");
 }
 
-bool is_plain_copy(DType from, DType to, double factor) { return from == to && factor == 1.0; }
 
 // Between every tensor and its run of the wire (runs follow each other in
 // tensor order): into the wire when to_wire, out of it otherwise. One group
