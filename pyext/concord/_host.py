@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from array_api_compat import is_cupy_array, is_jax_array, is_torch_array
 
-__all__ = ["device_key", "is_host", "to_host"]
+__all__ = ["device_key", "is_host", "on_cuda", "to_host"]
 
 # DLPack device types (dlpack.h): host memory, and CUDA device memory.
 _HOST_TYPES = (1, 3)     # kDLCPU, kDLCUDAHost (pinned host memory)
@@ -30,6 +30,11 @@ def device_key(x):
     if kind in _CUDA_TYPES:
         return ("cuda", int(index))
     return (f"dlpack{kind}", int(index))
+
+
+def on_cuda(x):
+    """Whether `x` lives in CUDA device (or managed) memory."""
+    return device_key(x)[0] == "cuda"
 
 
 def is_host(x):

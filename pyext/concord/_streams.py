@@ -15,8 +15,8 @@ common case, take a path that asks torch directly instead of going through
 
 import sys
 
-_KDL_CUDA = 2
-_KDL_CUDA_MANAGED = 13
+from ._host import _CUDA_TYPES
+
 
 _torch_raw_stream = None  # torch's current raw stream of a device, once torch is seen
 
@@ -47,7 +47,7 @@ def prepare_export(array):
     if device is None:
         return array, None
     device_type, device_id = device()
-    if device_type != _KDL_CUDA and device_type != _KDL_CUDA_MANAGED:
+    if device_type not in _CUDA_TYPES:
         return array, None
     if type(array).__module__.startswith("cupy"):
         cupy = sys.modules.get("cupy")

@@ -47,14 +47,6 @@ def empty(x, shape):
     return namespace(x).empty(shape, dtype=x.dtype, device=device(x))
 
 
-def on_cuda(x):
-    """Whether `x` is an array in CUDA device (or managed) memory."""
-    if isinstance(x, np.ndarray):
-        return False
-    dlpack_device = getattr(x, "__dlpack_device__", None)
-    return dlpack_device is not None and dlpack_device()[0] in (2, 13)  # kDLCUDA, kDLCUDAManaged
-
-
 def _type_name(array):
     cls = type(array)
     return f"{cls.__module__}.{cls.__qualname__}"

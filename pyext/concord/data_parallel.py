@@ -108,9 +108,13 @@ optree.register_pytree_node(
 
 # ---- pytree and array plumbing ----------------------------------------------
 
+def local(leaf):
+    """The array a leaf stores here: a ShardedArray's local block, else the leaf."""
+    return leaf.local if isinstance(leaf, ShardedArray) else leaf
+
+
 def _value(leaf):
-    """The array a leaf holds: a ShardedArray's local block, else the leaf."""
-    return as_array(leaf.local if isinstance(leaf, ShardedArray) else leaf)
+    return as_array(local(leaf))
 
 
 def _rewrap(leaf, value):

@@ -72,7 +72,6 @@ class Mesh:
 
     def __init__(self, shape, axis_names, comm):
         self._comm = comm
-        self._sizes = shape
         self.axis_names = axis_names
         self.shape = dict(zip(axis_names, shape))
         self.size = math.prod(shape)

@@ -103,6 +103,7 @@ class Cat(Metric):
         self._item_shape = tuple(int(d) for d in item_shape)
         if any(d < 1 for d in self._item_shape):
             raise ValueError(f"Cat: item_shape {self._item_shape} must have positive dimensions")
+        self._row_size = math.prod(self._item_shape)
         self._add_state("values", "cat", self._item_shape, dtype)
 
     def update(self, values):
@@ -110,8 +111,7 @@ class Cat(Metric):
         xp = self._where.xp
         array = to_numpy(values) if xp is np else values
         shape = tuple(array.shape)
-        size = int(np.prod(self._item_shape, dtype=np.int64))
-        if math.prod(shape) % size:
+        if math.prod(shape) % self._row_size:
             raise ValueError(f"Cat.update: values of shape {shape} do not split into rows "
                              f"of shape {self._item_shape}; expected (N, *{self._item_shape})")
         spec = self._specs["values"]

@@ -242,7 +242,7 @@ def _gather_leaves(leaves, axis_name):
     for key, members in groups.items():
         xp = key[1]
         flat = [xp.reshape(copies[i], (-1,)) for i in members]
-        packed = np.concatenate(flat) if xp is np else xp.concat(flat)
+        packed = xp.concat(flat)
         works[key] = collectives.all_gather(packed, tiled=False, comm=comm, async_op=True)
     stacked = [None] * len(copies)
     for key, members in groups.items():

@@ -37,7 +37,6 @@ from .errors import MismatchError
 __all__ = ["Entry", "PendingSync", "StateSpec", "array_home", "start_sync"]
 
 REDUCE_OPS = ("sum", "max", "min")
-OPS = (*REDUCE_OPS, "cat")
 
 
 def array_home(array):
@@ -186,10 +185,6 @@ def _in(xp, array):
     return array if namespace(array) is xp else xp.from_dlpack(array)
 
 
-def _concat(xp, arrays):
-    return np.concatenate(arrays) if xp is np else xp.concat(arrays)
-
-
 def _as_bytes(array, xp):
     """The bytes of `array` (of namespace xp) as a 1-D uint8 array."""
     if xp is np:
@@ -236,7 +231,7 @@ def _unpack_cats(cats, rows, gathered):
     results = {}
     for entry, parts in zip(cats, chunks):
         # Joined before the reinterpretation: a fresh array is aligned for any dtype.
-        data = _concat(xp, parts).view(entry.spec.dtype_in(xp))
+        data = xp.concat(parts).view(entry.spec.dtype_in(xp))
         value = xp.reshape(data, (-1, *entry.spec.shape))
         results[entry.key] = _in(namespace(entry.window), value)
     return results

@@ -29,8 +29,9 @@ import numpy as np
 import optree
 
 from . import _capi, collectives
-from .arrays import device, namespace, on_cuda
-from .data_parallel import ShardedArray
+from ._host import on_cuda
+from .arrays import device, namespace
+from .data_parallel import ShardedArray, local
 from .mesh import axis_comm
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
@@ -45,9 +46,10 @@ def _is_sharded(x) -> bool:
 
 
 def flatten(tree):
-    """(leaves, treespec) of a pytree whose leaves are arrays; ShardedArray
-    leaves stay whole."""
-    return optree.tree_flatten(tree, is_leaf=_is_sharded)
+    """(leaves, treespec) of a pytree whose leaves are arrays. ShardedArray
+    leaves stay whole: its pytree node is registered only in concord's own
+    optree namespace, so the default registry sees a leaf."""
+    return optree.tree_flatten(tree)
 
 
 def flatten_like(treespec, tree, what: str, like: str = "params"):
@@ -56,11 +58,6 @@ def flatten_like(treespec, tree, what: str, like: str = "params"):
         return treespec.flatten_up_to(tree)
     except ValueError as exc:
         raise ValueError(f"{what} must have the structure of {like}: {exc}") from None
-
-
-def local(x):
-    """The array a leaf stores here: a ShardedArray's local shard, else the leaf."""
-    return x.local if _is_sharded(x) else x
 
 
 def _zeros_like(x):
