@@ -254,7 +254,6 @@ void GradientSynchronizer::lay_out(const std::vector<std::vector<std::size_t>>& 
     const TensorView& first = slots_[members.front()].like;
     const bool floating = dtype_is_floating(first.dtype);
     b.wire = wire_dtype(first.dtype, options_.compress);
-    b.device = first.device;
     b.op = floating ? ReduceOp::kSum : options_.op;
     b.pack_scale = floating && mean ? 1.0 / comm_.size() : 1.0;
     b.members = members;
@@ -266,6 +265,7 @@ void GradientSynchronizer::lay_out(const std::vector<std::vector<std::size_t>>& 
         b.direct.push_back(index);
         continue;
       }
+      b.packed.push_back(index);
       slot.offset = b.numel;
       b.numel += static_cast<std::size_t>(slot.like.numel);
     }
@@ -413,7 +413,7 @@ void GradientSynchronizer::wait(plugin::Stream stream) {
     for (std::size_t b = 0; b < buckets_.size(); ++b) finish(b);  // CPU only: no Work on CUDA
     for (Bucket& b : buckets_) {
       if (b.numel == 0) continue;
-      kernels::unpack(b.buffer, b.wire, marked_views(packed_members(b)), 1.0, stream);
+      kernels::unpack(b.buffer, b.wire, marked_views(b.packed), 1.0, stream);
       b.last_stream = stream;
     }
   } catch (...) {
@@ -450,8 +450,7 @@ void GradientSynchronizer::start_step() {
 }
 
 TensorView GradientSynchronizer::wire_view(Bucket& bucket) {
-  return TensorView{bucket.buffer, static_cast<std::int64_t>(bucket.numel), bucket.wire,
-                    bucket.device};
+  return TensorView{bucket.buffer, static_cast<std::int64_t>(bucket.numel), bucket.wire, device_};
 }
 
 std::vector<TensorView> GradientSynchronizer::marked_views(
@@ -460,13 +459,6 @@ std::vector<TensorView> GradientSynchronizer::marked_views(
   views.reserve(indices.size());
   for (std::size_t index : indices) views.push_back(marked_[index]);
   return views;
-}
-
-std::vector<std::size_t> GradientSynchronizer::packed_members(const Bucket& bucket) const {
-  std::vector<std::size_t> packed;
-  for (std::size_t index : bucket.members)
-    if (!slots_[index].direct) packed.push_back(index);
-  return packed;
 }
 
 }  // namespace concord::dp

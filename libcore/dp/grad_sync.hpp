@@ -144,11 +144,11 @@ class GradientSynchronizer {
   };
   struct Bucket {
     DType wire = DType::kFloat32;
-    Device device;
     ReduceOp op = ReduceOp::kSum;  // what the bucket all-reduces with
     double pack_scale = 1.0;       // applied while packing: 1 / world size for a floating mean
     std::vector<std::size_t> members;
     std::vector<std::size_t> direct;           // members reduced in place
+    std::vector<std::size_t> packed;           // the others, in buffer order
     std::size_t numel = 0;                     // of the packed members
     // The wire buffer, allocated once and reused every step: host memory, or
     // device memory from the CUDA plugin (one of the two owners is set).
@@ -176,7 +176,6 @@ class GradientSynchronizer {
   void start_step();
   TensorView wire_view(Bucket& bucket);
   std::vector<TensorView> marked_views(const std::vector<std::size_t>& indices) const;
-  std::vector<std::size_t> packed_members(const Bucket& bucket) const;
 
   Communicator& comm_;
   GradSyncOptions options_;
