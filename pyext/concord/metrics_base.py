@@ -236,7 +236,10 @@ class Metric:
     def _check_home(self, inputs):
         """Raises ValueError unless the inputs can update this metric; returns
         their home (the metric's own, or the one they would give it)."""
-        home = self._input_home(inputs)
+        return self._check_input_home(self._input_home(inputs))
+
+    def _check_input_home(self, home):
+        """_check_home for inputs whose home (or None) is already known."""
         if home is None:
             return self._where
         if self._home is not None and not home.same(self._home):

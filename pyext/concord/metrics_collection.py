@@ -60,9 +60,12 @@ class MetricCollection(Mapping):
         """Updates every metric with the same arguments. Inputs of another
         home than a member's raise ValueError before any member is updated."""
         inputs = (*args, *kwargs.values())
+        home = unknown = object()
         for metric in self._metrics.values():
             metric._check_idle("update")
-            metric._check_home(inputs)
+            if home is unknown:  # the inputs' home, found once (the first member names errors)
+                home = metric._input_home(inputs)
+            metric._check_input_home(home)
         for metric in self._metrics.values():
             metric.update(*args, **kwargs)
 

@@ -142,10 +142,13 @@ class Entry:
     window: object  # an array of the metric's namespace, on its device
 
 
-def _fingerprint(entries):
+def _fingerprint(entries, devices=None):
     """64 bits identifying the states' keys, ops, shapes, dtypes and device
-    kinds (host or GPU), in order."""
-    text = ";".join(f"{'/'.join(map(str, e.key))}={e.spec.describe()}@{device_key(e.window)[0]}"
+    kinds (host or GPU), in order; devices[id(entry)] is its device_key,
+    found here when not given."""
+    if devices is None:
+        devices = {id(e): device_key(e.window) for e in entries}
+    text = ";".join(f"{'/'.join(map(str, e.key))}={e.spec.describe()}@{devices[id(e)][0]}"
                     for e in entries)
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int(np.frombuffer(digest, np.int64)[0])
@@ -155,10 +158,10 @@ _MISMATCH = ("metric sync: ranks hold different metric states (names, reduce ops
              "dtypes, or host versus GPU, differ)")
 
 
-def _exchange_header(comm, entries, cats):
+def _exchange_header(comm, entries, cats, devices):
     """Blocking all-gather of [fingerprint, rows of each cat state]; returns
     the rows per (rank, cat state), or raises MismatchError on every rank."""
-    header = np.array([_fingerprint(entries)] + [len(e.window) for e in cats], np.int64)
+    header = np.array([_fingerprint(entries, devices)] + [len(e.window) for e in cats], np.int64)
     try:
         gathered = collectives.all_gather(header, tiled=False, comm=comm)
     except MismatchError as exc:  # a different number of cat states
@@ -169,13 +172,13 @@ def _exchange_header(comm, entries, cats):
     return gathered[:, 1:]
 
 
-def _by_device(entries):
+def _by_device(entries, devices):
     """The entries grouped by the device their window lives on (all host
     arrays together), groups in order of first appearance: the same on every
     rank, whose fingerprints pin each state to the host or a GPU."""
     groups = {}
     for entry in entries:
-        groups.setdefault(device_key(entry.window), []).append(entry)
+        groups.setdefault(devices[id(entry)], []).append(entry)
     return list(groups.values())
 
 
@@ -279,15 +282,16 @@ def start_sync(entries, comm=None):
     the host in one, those on a GPU in another."""
     comm = world.world() if comm is None else comm
     cats = [e for e in entries if e.spec.op == "cat"]
-    rows = _exchange_header(comm, entries, cats)
+    devices = {id(e): device_key(e.window) for e in entries}  # read once: slow for torch
+    rows = _exchange_header(comm, entries, cats, devices)
     works = []
     for op in REDUCE_OPS:
-        for group in _by_device([e for e in entries if e.spec.op == op]):
+        for group in _by_device([e for e in entries if e.spec.op == op], devices):
             works.append(comm._handle.all_reduce_multi([e.window for e in group], op, True))
     finishes = []
     if cats:
         column = {id(e): i for i, e in enumerate(cats)}
-        for group in _by_device(cats):
+        for group in _by_device(cats, devices):
             columns = [column[id(e)] for e in group]
             finishes.append(_start_cat_gather(comm, group, rows[:, columns]))
     return PendingSync(entries, works, finishes)
