@@ -41,9 +41,7 @@ struct SgdMomentum {
 //   p *= 1 - lr * wd
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)
-// with bias corrections bc_i = 1 - b_i^step. Split in two around the
-// square root so an executor may take sqrt(v) for a whole block at once
-// (the CPU executor does, see kernels/cpu/optim.cpp).
+// with bias corrections bc_i = 1 - b_i^step.
 template <typename T>
 struct AdamW {
   T beta1;
@@ -65,18 +63,11 @@ struct AdamW {
             T(eps),        T(1.0 - lr * weight_decay), T(lr / bc1), T(std::sqrt(bc2))};
   }
 
-  CONCORD_HD void moments(T g, T& m, T& v) const {
+  CONCORD_HD void operator()(T& p, T g, T& m, T& v) const {
     m = beta1 * m + one_minus_beta1 * g;
     v = beta2 * v + one_minus_beta2 * (g * g);
-  }
-  // root = sqrt(v) after moments().
-  CONCORD_HD void apply(T& p, T m, T root) const {
     p *= decay;
-    p -= step_size * (m / (root / sqrt_bc2 + eps));
-  }
-  CONCORD_HD void operator()(T& p, T g, T& m, T& v) const {
-    moments(g, m, v);
-    apply(p, m, std::sqrt(v));
+    p -= step_size * (m / (std::sqrt(v) / sqrt_bc2 + eps));
   }
 };
 

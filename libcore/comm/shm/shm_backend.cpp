@@ -41,8 +41,6 @@ constexpr long kSleepSliceMicros = 2000;
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 constexpr std::uint32_t kAbortClaimed = 0xFFFFFFFFu;
 
-std::size_t align_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 // [begin, end) of the elements rank q reduces within a chunk of n elements;
 // parts are cache-line multiples so ranks never write the same line.
 struct Range {
@@ -51,7 +49,7 @@ struct Range {
 };
 Range part_of(int q, std::size_t n, int nranks, std::size_t elem_size) {
   std::size_t per_line = std::max<std::size_t>(1, kCacheLine / elem_size);
-  std::size_t part = align_up((n + nranks - 1) / nranks, per_line);
+  std::size_t part = Layout::align((n + nranks - 1) / nranks, per_line);
   std::size_t begin = std::min(n, part * q);
   return {begin, std::min(n, begin + part)};
 }
@@ -119,7 +117,7 @@ ShmConfig ShmConfig::from_env(int nranks, double timeout_s) {
     std::size_t budget = (16u << 20) / (2 * static_cast<std::size_t>(nranks));
     config.slot_bytes = std::clamp<std::size_t>(budget, 64u << 10, 1u << 20);
   }
-  config.slot_bytes = align_up(std::max(config.slot_bytes, nranks * kCacheLine), kCacheLine);
+  config.slot_bytes = Layout::align(std::max(config.slot_bytes, nranks * kCacheLine), kCacheLine);
   if (auto bytes = env::get_int("CONCORD_SHM_ONESHOT_BYTES")) {
     if (*bytes < 0) invalid_argument("CONCORD_SHM_ONESHOT_BYTES must be >= 0, got ", *bytes);
     config.one_shot_bytes = static_cast<std::size_t>(*bytes);

@@ -53,8 +53,7 @@ __global__ void __launch_bounds__(kThreads)
     T* exp_avg = static_cast<T*>(table.data[t][2]);
     T* exp_avg_sq = static_cast<T*>(table.data[t][3]);
     T p = param[j], m = exp_avg[j], v = exp_avg_sq[j];
-    update.moments(grad[j], m, v);
-    update.apply(p, m, std::sqrt(v));
+    update(p, grad[j], m, v);
     param[j] = p;
     exp_avg[j] = m;
     exp_avg_sq[j] = v;
