@@ -18,7 +18,7 @@ import enum
 
 import numpy as np
 
-from ._streams import handshake_stream, prepare_export
+from ._streams import prepare_export
 
 cnp.import_array()
 
@@ -224,14 +224,14 @@ cdef object _export_dlpack(_Tensor t, object array, str role):
     if getattr(array, "__dlpack__", None) is None:
         raise _invalid(f"{role} is a {type(array).__module__}.{type(array).__qualname__}, "
                        "neither a NumPy array nor an object with __dlpack__")
-    array, stream = prepare_export(array)
+    array, stream, handshake = prepare_export(array)
     exporter = array.__dlpack__
     # DLPack's stream handshake: a CUDA producer makes its data ready on the
     # stream we name; the work is then enqueued on that stream.
     kwargs = {}
     if stream is not None:
         t.stream = stream
-        kwargs["stream"] = handshake_stream(array, stream)
+        kwargs["stream"] = handshake
     try:
         try:
             return exporter(max_version=(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION), **kwargs)
@@ -319,6 +319,14 @@ cdef class _TensorList:
         PyMem_Free(self.ptrs)
 
 
+cdef int _check_in_place(_Tensor t, str role, str verb) except -1:
+    """Raises unless `t` can be `verb` ("written", "updated") in place."""
+    if t.read_only or t.copied:
+        raise _invalid(f"{role} cannot be {verb} in place "
+                       f"({'it is read-only' if t.read_only else 'its __dlpack__ made a copy'})")
+    return 0
+
+
 cdef _TensorList _import_list(object arrays, str role, bint writable):
     cdef _TensorList result = _TensorList.__new__(_TensorList)
     cdef _Tensor t
@@ -331,9 +339,8 @@ cdef _TensorList _import_list(object arrays, str role, bint writable):
         raise MemoryError()
     for i in range(result.count):
         t = _import(arrays[i], f"{role}[{i}]")
-        if writable and (t.read_only or t.copied):
-            raise _invalid(f"{role}[{i}] cannot be written in place "
-                           f"({'it is read-only' if t.read_only else 'its __dlpack__ made a copy'})")
+        if writable:
+            _check_in_place(t, f"{role}[{i}]", "written")
         result.tensors.append(t)
         result.ptrs[i] = &t.dl
     return result
@@ -352,9 +359,7 @@ cdef inline void* _list_stream(_TensorList tensors):
 cdef _Tensor _import_state(object state, str role):
     """A state array updated in place."""
     cdef _Tensor t = _import(state, role)
-    if t.read_only or t.copied:
-        raise _invalid(f"{role} cannot be updated in place "
-                       f"({'it is read-only' if t.read_only else 'its __dlpack__ made a copy'})")
+    _check_in_place(t, role, "updated")
     return t
 
 

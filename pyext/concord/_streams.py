@@ -29,9 +29,15 @@ def _torch_stream_getter(torch):
 
 
 def prepare_export(array):
-    """(the array to export, its stream): the stream is None for an array in
-    host memory (exported with no stream argument), else the CUDA stream to
-    enqueue work on. torch tensors that require grad are exported detached
+    """(the array to export, the stream to enqueue its work on, the `stream`
+    argument of its ``__dlpack__``); both streams are None for an array in
+    host memory (exported with no stream argument).
+
+    torch's data is ready on its current stream, the one work is enqueued
+    on: its ``__dlpack__`` gets -1, no synchronisation (naming the stream
+    would make torch wrap it and record an event on every call). Others get
+    the stream itself, with 1 for the legacy default stream (DLPack does
+    not allow 0). torch tensors that require grad are exported detached
     (the same memory: DLPack refuses them otherwise)."""
     global _torch_raw_stream
     torch = sys.modules.get("torch")
@@ -39,31 +45,19 @@ def prepare_export(array):
         if array.requires_grad:
             array = array.detach()
         if not array.is_cuda:
-            return array, None
+            return array, None, None
         if _torch_raw_stream is None:
             _torch_raw_stream = _torch_stream_getter(torch)
-        return array, _torch_raw_stream(array.get_device())
+        return array, _torch_raw_stream(array.get_device()), -1
     device = getattr(array, "__dlpack_device__", None)
     if device is None:
-        return array, None
+        return array, None, None
     device_type, device_id = device()
     if device_type not in _CUDA_TYPES:
-        return array, None
+        return array, None, None
+    stream = 0
     if type(array).__module__.startswith("cupy"):
         cupy = sys.modules.get("cupy")
         if cupy is not None:
-            return array, cupy.cuda.get_current_stream().ptr
-    return array, 0
-
-
-def handshake_stream(array, stream):
-    """The `stream` argument of ``array.__dlpack__`` for work on `stream`.
-
-    torch's data is ready on its current stream, which is `stream` itself:
-    -1 asks for no synchronisation (naming the stream would make torch wrap
-    it and record an event on every call). Others get the stream, with 1
-    for the legacy default stream (DLPack does not allow 0)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(array, torch.Tensor):
-        return -1
-    return stream if stream != 0 else 1
+            stream = cupy.cuda.get_current_stream().ptr
+    return array, stream, stream if stream != 0 else 1
