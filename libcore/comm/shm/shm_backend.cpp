@@ -127,7 +127,8 @@ ShmConfig ShmConfig::from_env(int nranks, double timeout_s) {
 
 ShmBackend::ShmBackend(StoreClient& store, const std::string& name, int rank, int nranks,
                        ShmConfig config)
-    : config_(config), rank_(rank), nranks_(nranks), spin_iterations_(spin_iterations(nranks)) {
+    : config_(config), rank_(rank), nranks_(nranks), spin_iterations_(spin_iterations(nranks)),
+      sources_(static_cast<std::size_t>(nranks)) {
   const Layout layout = Layout::of(nranks, config.slot_bytes);
   const auto timeout = std::chrono::duration<double>(config.timeout_s);
   const std::string segment_key = name + "/shm/segment";
@@ -322,9 +323,8 @@ void ShmBackend::all_reduce_one_shot(OpLabel label, const void* send, void* recv
   sync(label);
   check_descriptors(step, label);
   if (count == 0) return;
-  std::vector<const void*> sources(nranks_);
-  for (int q = 0; q < nranks_; ++q) sources[q] = q == rank_ ? send : slot(step.buffer, q);
-  cpu::reduce_sources(recv, sources.data(), nranks_, count, dtype, op, nranks_);
+  for (int q = 0; q < nranks_; ++q) sources_[q] = q == rank_ ? send : slot(step.buffer, q);
+  cpu::reduce_sources(recv, sources_.data(), nranks_, count, dtype, op, nranks_);
 }
 
 // Large messages, chunk by chunk: each rank reduces its part of the chunk
@@ -337,7 +337,6 @@ void ShmBackend::all_reduce_pipelined(OpLabel label, const void* send, void* rec
   const std::size_t chunk = config_.slot_bytes / elem;
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::vector<const void*> sources(nranks_);
   for (std::size_t offset = 0; offset < count; offset += chunk) {
     const std::size_t n = std::min(chunk, count - offset);
     const Step step = next_step();
@@ -355,10 +354,10 @@ void ShmBackend::all_reduce_pipelined(OpLabel label, const void* send, void* rec
     const Range own = part_of(rank_, n, nranks_, elem);
     if (own.size() != 0) {
       for (int q = 0; q < nranks_; ++q)
-        sources[q] = q == rank_ ? in + (offset + own.begin) * elem
+        sources_[q] = q == rank_ ? in + (offset + own.begin) * elem
                                 : slot(step.buffer, q) + own.begin * elem;
       char* result = out + (offset + own.begin) * elem;
-      cpu::reduce_sources(result, sources.data(), nranks_, own.size(), dtype, op, nranks_);
+      cpu::reduce_sources(result, sources_.data(), nranks_, own.size(), dtype, op, nranks_);
       std::memcpy(mine + own.begin * elem, result, own.size() * elem);
     }
     sync(label);
@@ -402,7 +401,6 @@ void ShmBackend::reduce_scatter(OpLabel label, const void* send, void* recv, std
   const std::size_t block = config_.slot_bytes / (elem * nranks_);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::vector<const void*> sources(nranks_);
   std::size_t offset = 0;
   do {
     const std::size_t n = std::min(block, count - offset);
@@ -417,9 +415,9 @@ void ShmBackend::reduce_scatter(OpLabel label, const void* send, void* recv, std
     if (first) check_descriptors(step, label);
     if (n != 0) {
       for (int q = 0; q < nranks_; ++q)
-        sources[q] = q == rank_ ? in + (rank_ * count + offset) * elem
+        sources_[q] = q == rank_ ? in + (rank_ * count + offset) * elem
                                 : slot(step.buffer, q) + rank_ * block * elem;
-      cpu::reduce_sources(out + offset * elem, sources.data(), nranks_, n, dtype, op, nranks_);
+      cpu::reduce_sources(out + offset * elem, sources_.data(), nranks_, n, dtype, op, nranks_);
     }
     offset += n;
   } while (offset < count);

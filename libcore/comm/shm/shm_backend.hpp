@@ -87,6 +87,9 @@ class ShmBackend final : public Backend {
   std::uint32_t step_ = 0;        // steps published by this rank
   std::uint64_t buffer_turn_ = 0;  // alternates the data buffers across steps
   std::chrono::steady_clock::time_point deadline_;
+  // One source pointer per rank for the reductions, allocated once rather
+  // than on every collective (the backend runs one collective at a time).
+  std::vector<const void*> sources_;
 };
 
 }  // namespace concord::shm
