@@ -11,7 +11,7 @@
 
 #include "base/dtype.hpp"
 #include "base/tensor_view.hpp"
-#include "concord/dlpack.h"
+#include "base/dlpack.h"
 #include "kernels/half.hpp"
 
 namespace concord::testing {
@@ -63,7 +63,7 @@ struct HostTensor {
     std::uniform_real_distribution<double> dist(lo, hi);
     for (std::size_t i = 0; i < size(); ++i) set(i, dist(rng));
   }
-  TensorView view() { return TensorView{bytes.data(), numel(), dtype, {}}; }
+  TensorView view() { return TensorView::flat(bytes.data(), numel(), dtype, Device{}); }
   DLTensor dl() {
     DLTensor t{};
     t.data = bytes.data();

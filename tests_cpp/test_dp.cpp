@@ -691,8 +691,7 @@ namespace {
 // CUDA gradients at made-up addresses: every call below must fail before
 // anything could dereference them.
 TensorView fake_cuda_view(std::int64_t numel, int device = 0) {
-  return TensorView{reinterpret_cast<void*>(std::uintptr_t{0x100000} * (device + 1)), numel,
-                    DType::kFloat32, Device{DeviceKind::kCUDA, device}};
+  return TensorView::flat(reinterpret_cast<void*>(std::uintptr_t{0x100000} * (device + 1)), numel, DType::kFloat32, Device{DeviceKind::kCUDA, device});
 }
 
 DLTensor fake_cuda_dl(HostTensor& like) {

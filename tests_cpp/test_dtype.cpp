@@ -231,4 +231,43 @@ TEST_CASE("TensorView rejects invalid tensors with a message naming the role",
     CHECK_THAT(invalid_argument_message([] { TensorView::from_dlpack(nullptr, "recv"); }),
                Contains("recv tensor is NULL"));
   }
+  SECTION("a byte count beyond int64") {
+    // 3 * 2^62 elements wrap around to 2^62 in int64; 2^61 float32 elements
+    // fit as elements but not as bytes.
+    std::vector<std::vector<std::int64_t>> shapes{{3, std::int64_t{1} << 62},
+                                                  {std::int64_t{1} << 61},
+                                                  {1 << 20, 1 << 20, 1 << 20, 1 << 20}};
+    for (auto& shape : shapes) {
+      DLTensor t = cpu_tensor(buf, shape);
+      CHECK_THAT(invalid_argument_message([&] { TensorView::from_dlpack(&t, "send"); }),
+                 Contains("send tensor of shape (") && Contains("more bytes than fit in an int64"));
+    }
+  }
+  SECTION("a huge shape with a zero extent is empty") {
+    std::vector<std::int64_t> shape{std::int64_t{1} << 62, 0, std::int64_t{1} << 62};
+    DLTensor t = cpu_tensor(nullptr, shape);
+    CHECK(TensorView::from_dlpack(&t, "send").numel == 0);
+  }
+}
+
+TEST_CASE("TensorView keeps the shape as given", "[dtype][tensor_view]") {
+  float buf[24] = {};
+  std::vector<std::int64_t> shape{2, 3, 4};
+  DLTensor t = cpu_tensor(buf, shape);
+  const TensorView v = TensorView::from_dlpack(&t, "send");
+  CHECK(v.shape == concord::Shape{2, 3, 4});
+  CHECK(v.shape.str() == "(2, 3, 4)");
+  CHECK_FALSE(v.shape == concord::Shape{3, 2, 4});
+  CHECK(concord::Shape{5}.str() == "(5,)");
+  CHECK(concord::Shape{}.str() == "()");
+  // More extents than are kept inline.
+  std::vector<std::int64_t> many(9, 1);
+  many[8] = 24;
+  DLTensor deep = cpu_tensor(buf, many);
+  const TensorView d = TensorView::from_dlpack(&deep, "send");
+  concord::Shape copy = d.shape;
+  CHECK(copy.ndim() == 9);
+  CHECK(copy[8] == 24);
+  CHECK(copy == d.shape);
+  CHECK(TensorView::flat(buf, 24, DType::kFloat32).shape == concord::Shape{24});
 }

@@ -27,6 +27,7 @@
 namespace metrics = concord::metrics;
 using concord::DType;
 using concord::StatusCode;
+using concord::TensorView;
 
 namespace {
 
@@ -92,9 +93,9 @@ struct Array {
     return t;
   }
 
-  metrics::ShapedView view() {
+  TensorView view() {
     DLTensor t = dl();
-    return {concord::TensorView::from_dlpack(&t, "test"), shape};
+    return TensorView::from_dlpack(&t, "test");
   }
 
   std::vector<std::int64_t> ints() const {
@@ -833,7 +834,7 @@ TEST_CASE("weighted_sum accumulates sum(values * weights) and sum(weights)", "[m
         const auto w = weighted ? random_ints(rng, n, 0, 100) : std::vector<double>(n, 1.0);
         Array values = make(value_type, {n}, v), weights = make(weight_type, {n}, w);
         Array state = float64_state({1.5, 2.0});
-        const metrics::ShapedView weight_view = weights.view();
+        const TensorView weight_view = weights.view();
         metrics::weighted_sum(state.view(), values.view(), weighted ? &weight_view : nullptr);
         double sum = 1.5, total = 2.0;
         for (std::int64_t i = 0; i < n; ++i) {
@@ -848,12 +849,12 @@ TEST_CASE("weighted_sum: shape errors, NaN, bool bytes, 0-d values, accumulation
   Array state = float64_state({0, 0});
   Array matrix = make(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
   Array weights = make(DType::kFloat32, {2, 3}, {1, 1, 1, 0, 0, 2});
-  const metrics::ShapedView weight_view = weights.view();
+  const TensorView weight_view = weights.view();
   metrics::weighted_sum(state.view(), matrix.view(), &weight_view);
   CHECK(state.doubles() == std::vector<double>{18, 5});
 
   Array flat = make(DType::kFloat32, {6}, {1, 1, 1, 1, 1, 1});
-  const metrics::ShapedView flat_view = flat.view();
+  const TensorView flat_view = flat.view();
   require_invalid_untouched(
       state, [&] { metrics::weighted_sum(state.view(), matrix.view(), &flat_view); },
       "weighted_sum: weights has shape (6,), expected (2, 3) to match values");

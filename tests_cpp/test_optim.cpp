@@ -561,9 +561,8 @@ TEST_CASE("sum_of_squares_into checks its result before writing", "[optim][error
         "sum_of_squares_into: result is int32 with 1 element; expected one float64 element");
   CHECK(message(pair.view()) ==
         "sum_of_squares_into: result is float64 with 2 elements; expected one float64 element");
-  TensorView inside = lv[1];
-  inside.data = static_cast<double*>(inside.data) + 2;
-  inside.numel = 1;
+  const TensorView inside =
+      TensorView::flat(static_cast<double*>(lv[1].data) + 2, 1, lv[1].dtype);
   CHECK(message(inside) == "sum_of_squares_into: result shares memory with tensor 1");
   HostTensor result(DType::kFloat64, {1});
   result.set(0, 5.0);
@@ -637,9 +636,7 @@ TEST_CASE("clip_by_sum_of_squares checks its arguments before writing", "[optim]
   HostTensor f32(DType::kFloat32, {1});
   CHECK(message(f32.view(), 1.0) == "clip_by_sum_of_squares: sum_of_squares is float32 with 1 "
                                     "element; expected one float64 element");
-  TensorView inside = lv[1];
-  inside.dtype = DType::kFloat64;
-  inside.numel = 1;
+  const TensorView inside = TensorView::flat(lv[1].data, 1, DType::kFloat64);
   CHECK(message(inside, 1.0) ==
         "clip_by_sum_of_squares: sum_of_squares shares memory with tensor 1");
   TensorView on_gpu = sum_sq.view();

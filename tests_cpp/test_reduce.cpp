@@ -17,7 +17,7 @@
 #include "base/status.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "kernels/half.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 #include "status_helpers.hpp"
 
 using concord::DType;

@@ -67,7 +67,7 @@ struct Buffer {
       case DType::kBool: *p = static_cast<unsigned char>(v); break;
     }
   }
-  TensorView view() { return TensorView{bytes.data(), std::int64_t(size()), dtype, Device{}}; }
+  TensorView view() { return TensorView::flat(bytes.data(), std::int64_t(size()), dtype, Device{}); }
 };
 
 // Small values so integer sums and products of four ranks never overflow.
@@ -279,7 +279,7 @@ TEST_CASE("split forms sub-communicators ordered by key", "[shm]") {
     // Colors: even and odd ranks; keys reverse the order within a color.
     auto sub = comm.split(comm.rank() % 2, -comm.rank());
     std::int32_t mine = comm.rank(), gathered[2] = {-1, -1};
-    sub->all_gather(TensorView{&mine, 1, DType::kInt32, {}}, TensorView{gathered, 2, DType::kInt32, {}}, false);
+    sub->all_gather(TensorView::flat(&mine, 1, DType::kInt32, Device{}), TensorView::flat(gathered, 2, DType::kInt32, Device{}), false);
     seen[comm.rank()] = {sub->rank(), sub->size(), gathered[0], gathered[1]};
     auto none = comm.split(-1, 0);
     if (none) seen[comm.rank()].push_back(999);
@@ -311,7 +311,7 @@ std::vector<Status> statuses_of(int nranks, double timeout_s,
 TEST_CASE("bad arguments fail before any communication", "[shm][errors]") {
   auto statuses = statuses_of(1, 5.0, [](Communicator& comm) {
     std::uint8_t flags[4] = {};
-    comm.all_reduce(TensorView{flags, 4, DType::kBool, {}}, TensorView{flags, 4, DType::kBool, {}},
+    comm.all_reduce(TensorView::flat(flags, 4, DType::kBool, Device{}), TensorView::flat(flags, 4, DType::kBool, Device{}),
                     ReduceOp::kSum, false);
   });
   CHECK(statuses[0].code == StatusCode::kInvalidArgument);
@@ -319,7 +319,7 @@ TEST_CASE("bad arguments fail before any communication", "[shm][errors]") {
 
   statuses = statuses_of(2, 5.0, [](Communicator& comm) {
     float a[4] = {}, b[3] = {};
-    comm.all_reduce(TensorView{a, 4, DType::kFloat32, {}}, TensorView{b, 3, DType::kFloat32, {}},
+    comm.all_reduce(TensorView::flat(a, 4, DType::kFloat32, Device{}), TensorView::flat(b, 3, DType::kFloat32, Device{}),
                     ReduceOp::kSum, false);
   });
   for (auto& s : statuses) {
@@ -329,14 +329,14 @@ TEST_CASE("bad arguments fail before any communication", "[shm][errors]") {
 
   statuses = statuses_of(2, 5.0, [](Communicator& comm) {
     float a[4] = {};
-    comm.broadcast(TensorView{a, 4, DType::kFloat32, {}}, TensorView{a, 4, DType::kFloat32, {}}, 2, false);
+    comm.broadcast(TensorView::flat(a, 4, DType::kFloat32, Device{}), TensorView::flat(a, 4, DType::kFloat32, Device{}), 2, false);
   });
   for (auto& s : statuses) CHECK(s.message == "broadcast: root 2 is outside [0, 2)");
 
   statuses = statuses_of(1, 5.0, [](Communicator& comm) {
     float a[4] = {};
-    comm.all_reduce(TensorView{a, 4, DType::kFloat32, {DeviceKind::kCUDA, 0}},
-                    TensorView{a, 4, DType::kFloat32, {}}, ReduceOp::kSum, false);
+    comm.all_reduce(TensorView::flat(a, 4, DType::kFloat32, Device{DeviceKind::kCUDA, 0}),
+                    TensorView::flat(a, 4, DType::kFloat32, Device{}), ReduceOp::kSum, false);
   });
   CHECK(statuses[0].code == StatusCode::kInvalidArgument);
   CHECK(statuses[0].message == "all_reduce: send is on cuda:0 but recv is on cpu:0");
@@ -359,7 +359,7 @@ TEST_CASE("a rank that never arrives times out naming the op and the silent rank
   auto statuses = statuses_of(3, 1.0, [](Communicator& comm) {
     if (comm.rank() == 2) return;
     float x = 1;
-    comm.all_reduce(TensorView{&x, 1, DType::kFloat32, {}}, TensorView{&x, 1, DType::kFloat32, {}},
+    comm.all_reduce(TensorView::flat(&x, 1, DType::kFloat32, Device{}), TensorView::flat(&x, 1, DType::kFloat32, Device{}),
                     ReduceOp::kSum, false);
   });
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

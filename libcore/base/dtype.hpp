@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-#include "concord/dlpack.h"
+#include "base/dlpack.h"
 
 namespace concord {
 

@@ -1,5 +1,8 @@
 #include "base/tensor_view.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "base/format.hpp"
 
 namespace concord {
@@ -36,16 +39,25 @@ TensorView TensorView::from_dlpack(const DLTensor* tensor, const char* role) {
   view.dtype = dtype_from_dlpack(tensor->dtype);
   view.device = device_from_dlpack(tensor->device, role);
 
+  view.shape = Shape(tensor->shape, static_cast<std::size_t>(tensor->ndim));
+  for (int d = 0; d < tensor->ndim; ++d)
+    if (view.shape[d] < 0)
+      invalid_argument(role, " tensor has negative extent ", view.shape[d], " in dim ", d);
+  // The byte count must fit an int64: a product that wrapped around would
+  // describe a small tensor over a huge one. (An empty tensor has none.)
+  const bool empty = std::find(view.shape.begin(), view.shape.end(), 0) != view.shape.end();
+  const std::int64_t max_numel = INT64_MAX / static_cast<std::int64_t>(dtype_size(view.dtype));
   std::int64_t numel = 1;
-  for (int d = 0; d < tensor->ndim; ++d) {
-    if (tensor->shape[d] < 0)
-      invalid_argument(role, " tensor has negative extent ", tensor->shape[d], " in dim ", d);
-    numel *= tensor->shape[d];
+  for (int d = 0; d < tensor->ndim && !empty; ++d) {
+    if (numel > max_numel / view.shape[d])
+      invalid_argument(role, " tensor of shape ", view.shape.str(), " holds more bytes than ",
+                       "fit in an int64");
+    numel *= view.shape[d];
   }
-  view.numel = numel;
+  view.numel = empty ? 0 : numel;
 
   // C-contiguous check; extents of 1 may carry any stride (DLPack allows it).
-  if (tensor->strides != nullptr && numel > 0) {
+  if (tensor->strides != nullptr && view.numel > 0) {
     std::int64_t expected = 1;
     for (int d = tensor->ndim - 1; d >= 0; --d) {
       if (tensor->shape[d] != 1 && tensor->strides[d] != expected)
@@ -55,10 +67,20 @@ TensorView TensorView::from_dlpack(const DLTensor* tensor, const char* role) {
       expected *= tensor->shape[d];
     }
   }
-  if (numel > 0 && tensor->data == nullptr) invalid_argument(role, " tensor has no data pointer");
+  if (view.numel > 0 && tensor->data == nullptr) invalid_argument(role, " tensor has no data pointer");
   view.data = tensor->data == nullptr
                   ? nullptr
                   : static_cast<char*>(tensor->data) + tensor->byte_offset;
+  return view;
+}
+
+TensorView TensorView::flat(void* data, std::int64_t numel, DType dtype, Device device) {
+  TensorView view;
+  view.data = data;
+  view.numel = numel;
+  view.dtype = dtype;
+  view.device = device;
+  view.shape = Shape{numel};
   return view;
 }
 

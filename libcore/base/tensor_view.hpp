@@ -5,8 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/dlpack.h"
 #include "base/dtype.hpp"
-#include "concord/dlpack.h"
+#include "base/shape.hpp"
 
 namespace concord {
 
@@ -25,15 +26,21 @@ struct TensorView {
   std::int64_t numel = 0;
   DType dtype = DType::kFloat32;
   Device device;
+  Shape shape;  // as the caller gave it; numel is its product
 
   std::size_t nbytes() const noexcept {
     return static_cast<std::size_t>(numel) * dtype_size(dtype);
   }
 
-  // Validates `tensor` (non-null, supported dtype and device, C-contiguous,
-  // data present unless empty) and applies byte_offset. `role` names the
-  // argument in error messages ("send", "recv").
+  // Validates `tensor` (non-null, supported dtype and device, extents >= 0
+  // whose product and byte size fit an int64, C-contiguous, data present
+  // unless empty) and applies byte_offset. `role` names the argument in
+  // error messages ("send", "recv").
   static TensorView from_dlpack(const DLTensor* tensor, const char* role);
+
+  // A flat view of `numel` elements at `data` (shape (numel,)): buffers
+  // libcore makes itself, and tests.
+  static TensorView flat(void* data, std::int64_t numel, DType dtype, Device device = {});
 };
 
 }  // namespace concord

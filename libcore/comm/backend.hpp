@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "base/dtype.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 
 namespace concord {
 

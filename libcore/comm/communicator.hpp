@@ -25,7 +25,7 @@
 #include "comm/backend.hpp"
 #include "comm/nccl/nccl_backend.hpp"
 #include "comm/work.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 
 namespace concord {
 

@@ -294,8 +294,8 @@ void GradientSynchronizer::check_plan_agrees() {
   std::int64_t mine[2] = {static_cast<std::int64_t>(slots_.size()),
                           static_cast<std::int64_t>(fp.hash)};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world));
-  comm_.all_gather(TensorView{mine, 2, DType::kInt64, Device{}},
-                   TensorView{all.data(), 2 * world, DType::kInt64, Device{}}, false);
+  comm_.all_gather(TensorView::flat(mine, 2, DType::kInt64, Device{}),
+                   TensorView::flat(all.data(), 2 * world, DType::kInt64, Device{}), false);
   std::vector<std::size_t> disagreeing;
   for (int q = 1; q < world; ++q)
     if (all[2 * q] != all[0] || all[2 * q + 1] != all[1]) disagreeing.push_back(q);
@@ -450,7 +450,7 @@ void GradientSynchronizer::start_step() {
 }
 
 TensorView GradientSynchronizer::wire_view(Bucket& bucket) {
-  return TensorView{bucket.buffer, static_cast<std::int64_t>(bucket.numel), bucket.wire, device_};
+  return TensorView::flat(bucket.buffer, static_cast<std::int64_t>(bucket.numel), bucket.wire, device_);
 }
 
 std::vector<TensorView> GradientSynchronizer::marked_views(

@@ -57,7 +57,7 @@
 #include "base/tensor_view.hpp"
 #include "comm/communicator.hpp"
 #include "comm/work.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 #include "plugin/cuda_plugin_abi.hpp"
 
 namespace concord::dp {

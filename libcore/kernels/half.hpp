@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/reduce_op.hpp"
+#include "base/host_device.hpp"
 
 namespace concord {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/reduce_op.hpp"
+#include "base/host_device.hpp"
 
 namespace concord::metrics {
 

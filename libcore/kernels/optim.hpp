@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/reduce_op.hpp"
+#include "base/host_device.hpp"
 
 namespace concord::functors {
 

@@ -9,7 +9,7 @@
 
 #include "base/dtype.hpp"
 #include "kernels/half.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/host_device.hpp"
 
 namespace concord {
 

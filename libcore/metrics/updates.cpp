@@ -23,16 +23,6 @@ using kernels::device_str;
 
 // ---- messages --------------------------------------------------------------
 
-// Python tuple notation, as users see shapes in NumPy and torch.
-std::string shape_str(const std::vector<std::int64_t>& shape) {
-  std::string out = "(";
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    if (d > 0) out += ", ";
-    out += std::to_string(shape[d]);
-  }
-  return out + (shape.size() == 1 ? ",)" : ")");
-}
-
 template <typename T>
 std::string number_str(T value) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -129,43 +119,43 @@ std::string element_str(const TensorView& t, std::int64_t index) {
 constexpr const char* kLabelDTypes = "int8, int32, int64, uint8 or bool";
 constexpr const char* kScoreDTypes = "float16, bfloat16, float32 or float64";
 
-void check_label_dtype(const char* op, const char* role, const ShapedView& t) {
-  if (dtype_is_floating(t.view.dtype))
-    invalid_argument(op, ": ", role, " has dtype ", dtype_name(t.view.dtype),
+void check_label_dtype(const char* op, const char* role, const TensorView& t) {
+  if (dtype_is_floating(t.dtype))
+    invalid_argument(op, ": ", role, " has dtype ", dtype_name(t.dtype),
                      ", expected integer labels (", kLabelDTypes, ")");
 }
 
-void check_score_dtype(const char* op, const char* role, const ShapedView& t) {
-  if (!dtype_is_floating(t.view.dtype))
-    invalid_argument(op, ": ", role, " has dtype ", dtype_name(t.view.dtype),
+void check_score_dtype(const char* op, const char* role, const TensorView& t) {
+  if (!dtype_is_floating(t.dtype))
+    invalid_argument(op, ": ", role, " has dtype ", dtype_name(t.dtype),
                      ", expected scores (", kScoreDTypes, ")");
 }
 
-void check_dtype(const char* op, const char* role, const ShapedView& t, DType expected) {
-  if (t.view.dtype != expected)
-    invalid_argument(op, ": ", role, " has dtype ", dtype_name(t.view.dtype), ", expected ",
+void check_dtype(const char* op, const char* role, const TensorView& t, DType expected) {
+  if (t.dtype != expected)
+    invalid_argument(op, ": ", role, " has dtype ", dtype_name(t.dtype), ", expected ",
                      dtype_name(expected));
 }
 
-void check_shape(const char* op, const char* role, const ShapedView& t,
-                 const std::vector<std::int64_t>& expected, const char* why = "") {
+void check_shape(const char* op, const char* role, const TensorView& t,
+                 const Shape& expected, const char* why = "") {
   if (t.shape != expected)
-    invalid_argument(op, ": ", role, " has shape ", shape_str(t.shape), ", expected ",
-                     shape_str(expected), why);
+    invalid_argument(op, ": ", role, " has shape ", t.shape.str(), ", expected ",
+                     expected.str(), why);
 }
 
 // Every input must sit with the state; the state's device picks the
 // executor (on_cuda).
-void check_devices(const char* op, const char* state_role, const ShapedView& state,
-                   std::initializer_list<std::pair<const char*, const ShapedView*>> inputs) {
+void check_devices(const char* op, const char* state_role, const TensorView& state,
+                   std::initializer_list<std::pair<const char*, const TensorView*>> inputs) {
   for (const auto& [role, input] : inputs)
-    if (input->view.device != state.view.device)
-      invalid_argument(op, ": ", role, " is on ", device_str(input->view.device), " but ",
-                       state_role, " is on ", device_str(state.view.device),
+    if (input->device != state.device)
+      invalid_argument(op, ": ", role, " is on ", device_str(input->device), " but ",
+                       state_role, " is on ", device_str(state.device),
                        "; pass tensors on one device");
 }
 
-bool on_cuda(const ShapedView& state) { return state.view.device.kind == DeviceKind::kCUDA; }
+bool on_cuda(const TensorView& state) { return state.device.kind == DeviceKind::kCUDA; }
 
 void check_threshold(const char* op, double threshold) {
   if (std::isnan(threshold)) invalid_argument(op, ": threshold is nan, expected a number");
@@ -279,23 +269,23 @@ void argmax_rows(const TensorView& scores, std::int64_t num_classes, std::int64_
 }
 
 void confusion_matrix_cpu(std::int64_t* cells, const std::int64_t num_classes,
-                          const ShapedView& preds, const ShapedView& target) {
+                          const TensorView& preds, const TensorView& target) {
   constexpr const char* op = "confusion_matrix";
-  const bool scores = preds.shape.size() == 2;
+  const bool scores = preds.shape.ndim() == 2;
   // num_classes by value: a reference could alias the cells written below,
   // which would reload it for every sample.
   add_blocks(target.shape[0], [&, num_classes](std::int64_t begin, std::int64_t n,
                                                std::int64_t sign) {
     std::int64_t t[kBlock], p[kBlock];
-    decode(target.view, begin, n, t);
-    check_class_labels(op, "target", target.view, begin, n, t, num_classes);
+    decode(target, begin, n, t);
+    check_class_labels(op, "target", target, begin, n, t, num_classes);
     if (scores) {
-      visit_floating(preds.view.dtype, [&](auto codec) {
-        argmax_rows<decltype(codec)>(preds.view, num_classes, begin, n, p);
+      visit_floating(preds.dtype, [&](auto codec) {
+        argmax_rows<decltype(codec)>(preds, num_classes, begin, n, p);
       });
     } else {
-      decode(preds.view, begin, n, p);
-      check_class_labels(op, "preds", preds.view, begin, n, p, num_classes);
+      decode(preds, begin, n, p);
+      check_class_labels(op, "preds", preds, begin, n, p, num_classes);
     }
     for (std::int64_t i = 0; i < n; ++i) cells[confusion_cell(t[i], p[i], num_classes)] += sign;
   });
@@ -303,18 +293,18 @@ void confusion_matrix_cpu(std::int64_t* cells, const std::int64_t num_classes,
 
 // Positive predictions of elements [begin, begin + n): probabilities at or
 // above the threshold, or 0/1 labels. row_length > 0 for 2-D preds.
-void binary_preds(const char* op, const ShapedView& preds, double threshold, std::int64_t begin,
+void binary_preds(const char* op, const TensorView& preds, double threshold, std::int64_t begin,
                   std::int64_t n, std::int64_t* out, std::int64_t row_length = 0) {
-  if (dtype_is_floating(preds.view.dtype)) {
+  if (dtype_is_floating(preds.dtype)) {
     double s[kBlock];
     for (std::int64_t done = 0; done < n; done += kBlock) {
       const std::int64_t m = std::min(kBlock, n - done);
-      decode(preds.view, begin + done, m, s);
+      decode(preds, begin + done, m, s);
       for (std::int64_t i = 0; i < m; ++i) out[done + i] = at_threshold(s[i], threshold);
     }
   } else {
-    decode(preds.view, begin, n, out);
-    check_binary_labels(op, "preds", preds.view, begin, n, out, row_length);
+    decode(preds, begin, n, out);
+    check_binary_labels(op, "preds", preds, begin, n, out, row_length);
   }
 }
 
@@ -336,7 +326,7 @@ struct BinaryCounts {
   }
 };
 
-void binary_confusion_cpu(std::int64_t* cells, const ShapedView& preds, const ShapedView& target,
+void binary_confusion_cpu(std::int64_t* cells, const TensorView& preds, const TensorView& target,
                           double threshold) {
   constexpr const char* op = "binary_confusion";
   const std::int64_t n = target.shape[0];
@@ -344,8 +334,8 @@ void binary_confusion_cpu(std::int64_t* cells, const ShapedView& preds, const Sh
   for (std::int64_t begin = 0; begin < n; begin += kBlock) {
     const std::int64_t m = std::min(kBlock, n - begin);
     std::int64_t t[kBlock], p[kBlock];
-    decode(target.view, begin, m, t);
-    check_binary_labels(op, "target", target.view, begin, m, t);
+    decode(target, begin, m, t);
+    check_binary_labels(op, "target", target, begin, m, t);
     binary_preds(op, preds, threshold, begin, m, p);
     counts.add(t, p, m);
   }
@@ -357,8 +347,8 @@ void binary_confusion_cpu(std::int64_t* cells, const ShapedView& preds, const Sh
   cells[3] += counts.true_positives;
 }
 
-void multilabel_counts_cpu(std::int64_t* cells, std::int64_t labels, const ShapedView& preds,
-                           const ShapedView& target, double threshold) {
+void multilabel_counts_cpu(std::int64_t* cells, std::int64_t labels, const TensorView& preds,
+                           const TensorView& target, double threshold) {
   constexpr const char* op = "multilabel_counts";
   const std::int64_t rows = target.shape[0];
   // Whole rows per block, so each label's counts run down a column.
@@ -369,8 +359,8 @@ void multilabel_counts_cpu(std::int64_t* cells, std::int64_t labels, const Shape
   for (std::int64_t row = 0; row < rows; row += rows_per_block) {
     const std::int64_t m = std::min(rows_per_block, rows - row);
     const std::int64_t begin = row * labels, n = m * labels;
-    decode(target.view, begin, n, t.data());
-    check_binary_labels(op, "target", target.view, begin, n, t.data(), labels);
+    decode(target, begin, n, t.data());
+    check_binary_labels(op, "target", target, begin, n, t.data(), labels);
     binary_preds(op, preds, threshold, begin, n, p.data(), labels);
     for (std::int64_t r = 0; r < m; ++r) {
       const std::int64_t* tr = t.data() + r * labels;
@@ -406,17 +396,17 @@ CONCORD_CPU_CLONES std::int64_t topk_hits(const TensorView& scores, std::int64_t
   return hits;
 }
 
-void topk_correct_cpu(std::int64_t* cells, const ShapedView& preds, const ShapedView& target,
+void topk_correct_cpu(std::int64_t* cells, const TensorView& preds, const TensorView& target,
                       std::int64_t k) {
   const std::int64_t n = target.shape[0], num_classes = preds.shape[1];
   std::int64_t hits = 0;
   for (std::int64_t begin = 0; begin < n; begin += kBlock) {
     const std::int64_t m = std::min(kBlock, n - begin);
     std::int64_t t[kBlock];
-    decode(target.view, begin, m, t);
-    check_class_labels("topk_correct", "target", target.view, begin, m, t, num_classes);
-    hits += visit_floating(preds.view.dtype, [&](auto codec) {
-      return topk_hits<decltype(codec)>(preds.view, num_classes, begin, m, t, k);
+    decode(target, begin, m, t);
+    check_class_labels("topk_correct", "target", target, begin, m, t, num_classes);
+    hits += visit_floating(preds.dtype, [&](auto codec) {
+      return topk_hits<decltype(codec)>(preds, num_classes, begin, m, t, k);
     });
   }
   cells[0] += hits;
@@ -424,16 +414,16 @@ void topk_correct_cpu(std::int64_t* cells, const ShapedView& preds, const Shaped
 }
 
 void binary_histogram_cpu(std::int64_t* cells, const std::int64_t num_bins,
-                          const ShapedView& scores, const ShapedView& target) {
+                          const TensorView& scores, const TensorView& target) {
   constexpr const char* op = "binary_histogram";
   add_blocks(target.shape[0], [&, num_bins](std::int64_t begin, std::int64_t n,
                                             std::int64_t sign) {
     std::int64_t t[kBlock];
     double s[kBlock];
-    decode(target.view, begin, n, t);
-    check_binary_labels(op, "target", target.view, begin, n, t);
-    decode(scores.view, begin, n, s);
-    check_block(op, "scores", scores.view, begin, n, s, in_unit_interval,
+    decode(target, begin, n, t);
+    check_binary_labels(op, "target", target, begin, n, t);
+    decode(scores, begin, n, s);
+    check_block(op, "scores", scores, begin, n, s, in_unit_interval,
                 [] { return "outside [0, 1]"; });
     for (std::int64_t i = 0; i < n; ++i)
       cells[t[i] * num_bins + histogram_bin(s[i], num_bins)] += sign;
@@ -444,15 +434,15 @@ void binary_histogram_cpu(std::int64_t* cells, const std::int64_t num_bins,
 // lanes instead of one dependent chain.
 constexpr std::int64_t kLanes = 8;
 
-void weighted_sum_cpu(double* state, const ShapedView& values, const ShapedView* weights) {
-  const std::int64_t n = values.view.numel;
+void weighted_sum_cpu(double* state, const TensorView& values, const TensorView* weights) {
+  const std::int64_t n = values.numel;
   WeightedAccumulator lanes[kLanes];
   for (std::int64_t begin = 0; begin < n; begin += kBlock) {
     const std::int64_t m = std::min(kBlock, n - begin);
     double v[kBlock], w[kBlock];
-    decode(values.view, begin, m, v);
+    decode(values, begin, m, v);
     if (weights != nullptr) {
-      decode(weights->view, begin, m, w);
+      decode(*weights, begin, m, w);
     } else {
       std::fill_n(w, m, 1.0);
     }
@@ -469,14 +459,14 @@ void weighted_sum_cpu(double* state, const ShapedView& values, const ShapedView*
 
 // NaN is the identity of both ops (it is skipped), so lanes start there.
 template <class Op>
-void extremum_cpu(double* state, const ShapedView& values, Op op) {
-  const std::int64_t n = values.view.numel;
+void extremum_cpu(double* state, const TensorView& values, Op op) {
+  const std::int64_t n = values.numel;
   double lanes[kLanes];
   std::fill_n(lanes, kLanes, std::numeric_limits<double>::quiet_NaN());
   for (std::int64_t begin = 0; begin < n; begin += kBlock) {
     const std::int64_t m = std::min(kBlock, n - begin);
     double v[kBlock];
-    decode(values.view, begin, m, v);
+    decode(values, begin, m, v);
     std::int64_t i = 0;
     for (; i + kLanes <= m; i += kLanes)
       for (std::int64_t j = 0; j < kLanes; ++j) lanes[j] = op(v[i + j], lanes[j]);
@@ -485,12 +475,12 @@ void extremum_cpu(double* state, const ShapedView& values, Op op) {
   for (double lane : lanes) state[0] = op(lane, state[0]);
 }
 
-std::int64_t* cells_of(const ShapedView& state) {
-  return static_cast<std::int64_t*>(state.view.data);
+std::int64_t* cells_of(const TensorView& state) {
+  return static_cast<std::int64_t*>(state.data);
 }
-double* values_of(const ShapedView& state) { return static_cast<double*>(state.view.data); }
+double* values_of(const TensorView& state) { return static_cast<double*>(state.data); }
 
-void check_extremum(const char* op, const ShapedView& state, const ShapedView& values) {
+void check_extremum(const char* op, const TensorView& state, const TensorView& values) {
   check_dtype(op, "state", state, DType::kFloat64);
   check_shape(op, "state", state, {1});
   check_devices(op, "state", state, {{"values", &values}});
@@ -500,7 +490,7 @@ void check_extremum(const char* op, const ShapedView& state, const ShapedView& v
 
 // ---- validation and dispatch -----------------------------------------------
 
-void weighted_sum(const ShapedView& state, const ShapedView& values, const ShapedView* weights,
+void weighted_sum(const TensorView& state, const TensorView& values, const TensorView* weights,
                   plugin::Stream stream) {
   constexpr const char* op = "weighted_sum";
   check_dtype(op, "state", state, DType::kFloat64);
@@ -512,103 +502,103 @@ void weighted_sum(const ShapedView& state, const ShapedView& values, const Shape
     check_devices(op, "state", state, {{"values", &values}});
   }
   if (on_cuda(state))
-    cuda::metric_weighted_sum(state.view, values.view,
-                              weights != nullptr ? &weights->view : nullptr, stream);
+    cuda::metric_weighted_sum(state, values,
+                              weights != nullptr ? weights : nullptr, stream);
   else
     weighted_sum_cpu(values_of(state), values, weights);
 }
 
-void max_value(const ShapedView& state, const ShapedView& values, plugin::Stream stream) {
+void max_value(const TensorView& state, const TensorView& values, plugin::Stream stream) {
   check_extremum("max", state, values);
   if (on_cuda(state))
-    cuda::metric_max(state.view, values.view, stream);
+    cuda::metric_max(state, values, stream);
   else
     extremum_cpu(values_of(state), values, MaxSkippingNaN{});
 }
 
-void min_value(const ShapedView& state, const ShapedView& values, plugin::Stream stream) {
+void min_value(const TensorView& state, const TensorView& values, plugin::Stream stream) {
   check_extremum("min", state, values);
   if (on_cuda(state))
-    cuda::metric_min(state.view, values.view, stream);
+    cuda::metric_min(state, values, stream);
   else
     extremum_cpu(values_of(state), values, MinSkippingNaN{});
 }
 
-void confusion_matrix(const ShapedView& confusion, const ShapedView& preds,
-                      const ShapedView& target, plugin::Stream stream) {
+void confusion_matrix(const TensorView& confusion, const TensorView& preds,
+                      const TensorView& target, plugin::Stream stream) {
   constexpr const char* op = "confusion_matrix";
   check_dtype(op, "confusion", confusion, DType::kInt64);
   const auto& cm = confusion.shape;
-  if (cm.size() != 2 || cm[0] != cm[1] || cm[0] < 1)
-    invalid_argument(op, ": confusion has shape ", shape_str(cm),
+  if (cm.ndim() != 2 || cm[0] != cm[1] || cm[0] < 1)
+    invalid_argument(op, ": confusion has shape ", cm.str(),
                      ", expected (C, C) with C >= 1 classes");
   const std::int64_t num_classes = cm[0];
   const auto& ps = preds.shape;
-  const bool labels = ps.size() == 1, scores = ps.size() == 2 && ps[1] == num_classes;
+  const bool labels = ps.ndim() == 1, scores = ps.ndim() == 2 && ps[1] == num_classes;
   if (!labels && !scores)
-    invalid_argument(op, ": preds has shape ", shape_str(ps), " but the confusion matrix is ",
+    invalid_argument(op, ": preds has shape ", ps.str(), " but the confusion matrix is ",
                      num_classes, " x ", num_classes, ": expected (N, ", num_classes,
                      ") scores or (N,) labels");
-  if (labels && dtype_is_floating(preds.view.dtype))
+  if (labels && dtype_is_floating(preds.dtype))
     invalid_argument(op, ": preds (N,) are labels and need an integer dtype (", kLabelDTypes,
-                     "), got ", dtype_name(preds.view.dtype), "; pass (N, ", num_classes,
+                     "), got ", dtype_name(preds.dtype), "; pass (N, ", num_classes,
                      ") scores for an argmax");
   if (scores) check_score_dtype(op, "preds", preds);
   check_shape(op, "target", target, {ps[0]}, " to match preds");
   check_label_dtype(op, "target", target);
   check_devices(op, "confusion", confusion, {{"preds", &preds}, {"target", &target}});
   if (on_cuda(confusion))
-    cuda::metric_confusion_matrix(confusion.view, num_classes, preds.view, target.view, stream);
+    cuda::metric_confusion_matrix(confusion, num_classes, preds, target, stream);
   else
     confusion_matrix_cpu(cells_of(confusion), num_classes, preds, target);
 }
 
-void binary_confusion(const ShapedView& confusion, const ShapedView& preds,
-                      const ShapedView& target, double threshold, plugin::Stream stream) {
+void binary_confusion(const TensorView& confusion, const TensorView& preds,
+                      const TensorView& target, double threshold, plugin::Stream stream) {
   constexpr const char* op = "binary_confusion";
   check_dtype(op, "confusion", confusion, DType::kInt64);
   check_shape(op, "confusion", confusion, {2, 2});
-  if (preds.shape.size() != 1)
-    invalid_argument(op, ": preds has shape ", shape_str(preds.shape),
+  if (preds.shape.ndim() != 1)
+    invalid_argument(op, ": preds has shape ", preds.shape.str(),
                      ", expected (N,) probabilities or labels");
   check_shape(op, "target", target, preds.shape, " to match preds");
   check_label_dtype(op, "target", target);
   check_threshold(op, threshold);
   check_devices(op, "confusion", confusion, {{"preds", &preds}, {"target", &target}});
   if (on_cuda(confusion))
-    cuda::metric_binary_confusion(confusion.view, preds.view, target.view, threshold, stream);
+    cuda::metric_binary_confusion(confusion, preds, target, threshold, stream);
   else
     binary_confusion_cpu(cells_of(confusion), preds, target, threshold);
 }
 
-void multilabel_counts(const ShapedView& counts, const ShapedView& preds,
-                       const ShapedView& target, double threshold, plugin::Stream stream) {
+void multilabel_counts(const TensorView& counts, const TensorView& preds,
+                       const TensorView& target, double threshold, plugin::Stream stream) {
   constexpr const char* op = "multilabel_counts";
   check_dtype(op, "counts", counts, DType::kInt64);
-  if (counts.shape.size() != 2 || counts.shape[1] != 4)
-    invalid_argument(op, ": counts has shape ", shape_str(counts.shape),
+  if (counts.shape.ndim() != 2 || counts.shape[1] != 4)
+    invalid_argument(op, ": counts has shape ", counts.shape.str(),
                      ", expected (L, 4): tp, fp, fn, tn per label");
   const std::int64_t labels = counts.shape[0];
-  if (preds.shape.size() != 2 || preds.shape[1] != labels)
-    invalid_argument(op, ": preds has shape ", shape_str(preds.shape), ", expected (N, ", labels,
-                     ") to match counts ", shape_str(counts.shape));
+  if (preds.shape.ndim() != 2 || preds.shape[1] != labels)
+    invalid_argument(op, ": preds has shape ", preds.shape.str(), ", expected (N, ", labels,
+                     ") to match counts ", counts.shape.str());
   check_shape(op, "target", target, preds.shape, " to match preds");
   check_label_dtype(op, "target", target);
   check_threshold(op, threshold);
   check_devices(op, "counts", counts, {{"preds", &preds}, {"target", &target}});
   if (on_cuda(counts))
-    cuda::metric_multilabel_counts(counts.view, labels, preds.view, target.view, threshold, stream);
+    cuda::metric_multilabel_counts(counts, labels, preds, target, threshold, stream);
   else
     multilabel_counts_cpu(cells_of(counts), labels, preds, target, threshold);
 }
 
-void topk_correct(const ShapedView& counts, const ShapedView& preds, const ShapedView& target,
+void topk_correct(const TensorView& counts, const TensorView& preds, const TensorView& target,
                   std::int64_t k, plugin::Stream stream) {
   constexpr const char* op = "topk_correct";
   check_dtype(op, "counts", counts, DType::kInt64);
   check_shape(op, "counts", counts, {2});
-  if (preds.shape.size() != 2 || preds.shape[1] < 1)
-    invalid_argument(op, ": preds has shape ", shape_str(preds.shape),
+  if (preds.shape.ndim() != 2 || preds.shape[1] < 1)
+    invalid_argument(op, ": preds has shape ", preds.shape.str(),
                      ", expected (N, C) scores with C >= 1");
   check_score_dtype(op, "preds", preds);
   const std::int64_t num_classes = preds.shape[1];
@@ -619,27 +609,27 @@ void topk_correct(const ShapedView& counts, const ShapedView& preds, const Shape
   check_label_dtype(op, "target", target);
   check_devices(op, "counts", counts, {{"preds", &preds}, {"target", &target}});
   if (on_cuda(counts))
-    cuda::metric_topk_correct(counts.view, num_classes, preds.view, target.view, k, stream);
+    cuda::metric_topk_correct(counts, num_classes, preds, target, k, stream);
   else
     topk_correct_cpu(cells_of(counts), preds, target, k);
 }
 
-void binary_histogram(const ShapedView& histogram, const ShapedView& scores,
-                      const ShapedView& target, plugin::Stream stream) {
+void binary_histogram(const TensorView& histogram, const TensorView& scores,
+                      const TensorView& target, plugin::Stream stream) {
   constexpr const char* op = "binary_histogram";
   check_dtype(op, "histogram", histogram, DType::kInt64);
   const auto& hs = histogram.shape;
-  if (hs.size() != 2 || hs[0] != 2 || hs[1] < 1)
-    invalid_argument(op, ": histogram has shape ", shape_str(hs),
+  if (hs.ndim() != 2 || hs[0] != 2 || hs[1] < 1)
+    invalid_argument(op, ": histogram has shape ", hs.str(),
                      ", expected (2, B) with B >= 1 bins");
-  if (scores.shape.size() != 1)
-    invalid_argument(op, ": scores has shape ", shape_str(scores.shape), ", expected (N,)");
+  if (scores.shape.ndim() != 1)
+    invalid_argument(op, ": scores has shape ", scores.shape.str(), ", expected (N,)");
   check_score_dtype(op, "scores", scores);
   check_shape(op, "target", target, scores.shape, " to match scores");
   check_label_dtype(op, "target", target);
   check_devices(op, "histogram", histogram, {{"scores", &scores}, {"target", &target}});
   if (on_cuda(histogram))
-    cuda::metric_binary_histogram(histogram.view, hs[1], scores.view, target.view, stream);
+    cuda::metric_binary_histogram(histogram, hs[1], scores, target, stream);
   else
     binary_histogram_cpu(cells_of(histogram), hs[1], scores, target);
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "concord/dlpack.h"
+#include "concord/version.h"
 
 #if defined(_WIN32)
 #define CONCORD_API __declspec(dllimport)
@@ -37,11 +38,8 @@ extern "C" {
 
 /* ---- versions ---------------------------------------------------------- */
 
-#define CONCORD_VERSION_MAJOR 0
-#define CONCORD_VERSION_MINOR 1
-#define CONCORD_VERSION_PATCH 0
-#define CONCORD_VERSION_CODE \
-  (CONCORD_VERSION_MAJOR * 10000 + CONCORD_VERSION_MINOR * 100 + CONCORD_VERSION_PATCH)
+/* CONCORD_VERSION_MAJOR, _MINOR, _PATCH, _CODE and _STRING of these
+ * headers come from concord/version.h. */
 
 /* "MAJOR.MINOR.PATCH" of the loaded library (static storage). */
 CONCORD_API const char* concord_version(void);

@@ -16,7 +16,7 @@
 #include "base/tensor_view.hpp"
 #include "comm/backend.hpp"
 #include "comm/work.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 #include "plugin/cuda_plugin_abi.hpp"
 
 namespace concord {

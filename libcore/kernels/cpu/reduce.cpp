@@ -8,6 +8,7 @@
 #include "base/format.hpp"
 #include "kernels/cpu/clones.hpp"
 #include "kernels/half.hpp"
+#include "kernels/reduce_functors.hpp"
 
 namespace concord::cpu {
 namespace {

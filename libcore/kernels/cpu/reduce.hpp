@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "base/dtype.hpp"
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 
 namespace concord::cpu {
 

@@ -3,27 +3,9 @@
 // written once.
 #pragma once
 
-#include "base/dtype.hpp"
+#include "base/host_device.hpp"
 
-#if defined(__CUDACC__)
-#define CONCORD_HD __host__ __device__ __forceinline__
-#else
-#define CONCORD_HD inline
-#endif
-
-namespace concord {
-
-enum class ReduceOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kMean = 4 };
-
-const char* reduce_op_name(ReduceOp op) noexcept;
-
-// bool supports only max and min; every other dtype supports every op.
-bool reduce_op_supported(ReduceOp op, DType dtype) noexcept;
-
-// Throws InvalidArgument naming op and dtype when unsupported.
-void check_reduce_op(ReduceOp op, DType dtype);
-
-namespace functors {
+namespace concord::functors {
 
 struct Sum {
   template <typename T>
@@ -44,5 +26,4 @@ struct Min {
   CONCORD_HD T operator()(T a, T b) const { return (a != a || a < b) ? a : b; }
 };
 
-}  // namespace functors
-}  // namespace concord
+}  // namespace concord::functors

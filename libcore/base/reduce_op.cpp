@@ -1,4 +1,4 @@
-#include "kernels/reduce_op.hpp"
+#include "base/reduce_op.hpp"
 
 #include "base/format.hpp"
 
