@@ -12,6 +12,7 @@
 #include "base/format.hpp"
 #include "base/tensor_view.hpp"
 #include "comm/communicator.hpp"
+#include "comm/world.hpp"
 #include "concord/concord.h"
 #include "rendezvous/store.hpp"
 
@@ -24,8 +25,8 @@ struct concord_store {
 };
 
 struct concord_comm {
-  std::unique_ptr<concord::StoreServer> server;  // set when this rank serves the store; outlives comm
-  std::unique_ptr<concord::Communicator> comm;
+  concord::World world;  // world.server is set when this rank serves the store
+  concord::Communicator& comm() const { return *world.comm; }
 };
 
 struct concord_work {

@@ -12,7 +12,6 @@
 #include "base/tensor_view.hpp"
 #include "comm/communicator.hpp"
 #include "plugin/cuda_plugin.hpp"
-#include "rendezvous/bootstrap.hpp"
 #include "rendezvous/store.hpp"
 
 namespace concord::cabi {
@@ -53,26 +52,6 @@ using concord::cabi::to_reduce_op;
 using concord::cabi::view;
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
-
-double default_timeout_s() {
-  const double timeout = concord::env::get_double("CONCORD_TIMEOUT").value_or(600.0);
-  if (!(timeout > 0)) concord::invalid_argument("CONCORD_TIMEOUT must be positive, got ", timeout);
-  return timeout;
-}
-
-// Every init of a name by a rank is a new generation, so a communicator made
-// again under the same name (init after shutdown) never meets stale keys.
-std::unique_ptr<concord::Communicator> make_communicator(
-    std::shared_ptr<concord::SharedStore> store, const std::string& name, int rank, int size,
-    double timeout_s) {
-  std::int64_t generation;
-  {
-    std::lock_guard lock(store->mutex);
-    generation = store->client->add(concord::concat(name, "/generation/", rank), 1);
-  }
-  return std::make_unique<concord::Communicator>(
-      std::move(store), concord::concat(name, "#", generation), rank, size, timeout_s);
-}
 
 void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work, double timeout_s) {
   if (out != nullptr) *out = new concord_work{std::move(work), timeout_s};
@@ -295,37 +274,15 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
                                 "; set it to sizeof(concord_comm_options)");
     opts = *options;
   }
-  const std::string backend = opts.backend ? opts.backend : "auto";
-  if (backend != "auto" && backend != "shm" && backend != "nccl")
-    concord::invalid_argument("unknown backend '", backend, "'; choose 'auto', 'shm' or 'nccl'");
-
-  concord::BootstrapArgs args;
-  if (opts.rank >= 0) args.rank = opts.rank;
-  if (opts.world_size >= 0) args.world_size = opts.world_size;
-  if (opts.master_addr != nullptr) args.master_addr = opts.master_addr;
-  if (opts.master_port != 0) args.master_port = opts.master_port;
-  if (opts.token != nullptr) args.token = opts.token;
-  concord::BootstrapConfig config = concord::resolve_bootstrap(args);
-  const double timeout_s = opts.timeout_s > 0 ? opts.timeout_s : default_timeout_s();
-
-  auto handle = std::make_unique<concord_comm>();
-  std::string store_host = config.master_addr;
-  int store_port = config.master_port;
-  if (config.world_size == 1) {
-    // Nobody to meet: a private store on a free loopback port.
-    handle->server = std::make_unique<concord::StoreServer>("127.0.0.1", 0, config.token);
-    store_host = "127.0.0.1";
-    store_port = handle->server->port();
-  } else if (config.serve_store) {
-    handle->server =
-        std::make_unique<concord::StoreServer>(config.master_addr, config.master_port, config.token);
-  }
-  auto store = std::make_shared<concord::SharedStore>();
-  store->client = std::make_unique<concord::StoreClient>(store_host, store_port, config.token,
-                                                         seconds(timeout_s));
-  handle->comm = make_communicator(std::move(store), "world", config.rank, config.world_size,
-                                   timeout_s);
-  *out = handle.release();
+  concord::WorldOptions world;
+  world.backend = concord::backend_choice_from_name(opts.backend ? opts.backend : "auto");
+  if (opts.rank >= 0) world.bootstrap.rank = opts.rank;
+  if (opts.world_size >= 0) world.bootstrap.world_size = opts.world_size;
+  if (opts.master_addr != nullptr) world.bootstrap.master_addr = opts.master_addr;
+  if (opts.master_port != 0) world.bootstrap.master_port = opts.master_port;
+  if (opts.token != nullptr) world.bootstrap.token = opts.token;
+  if (opts.timeout_s > 0) world.timeout_s = opts.timeout_s;
+  *out = new concord_comm{concord::init_world(world)};
   CONCORD_API_END
 }
 
@@ -340,10 +297,10 @@ concord_status concord_comm_init_with_store(concord_store_t store, const char* n
   *out = nullptr;
   require(name, "name");
   auto shared = require(store, "store").store;
-  auto handle = std::make_unique<concord_comm>();
-  handle->comm = make_communicator(std::move(shared), name, rank, size,
-                                   timeout_s > 0 ? timeout_s : default_timeout_s());
-  *out = handle.release();
+  concord::World world;
+  world.comm = concord::join_communicator(std::move(shared), name, rank, size,
+                                          timeout_s > 0 ? timeout_s : concord::default_timeout_s());
+  *out = new concord_comm{std::move(world)};
   CONCORD_API_END
 }
 
@@ -351,49 +308,49 @@ concord_status concord_comm_split(concord_comm_t comm, int color, int key, conco
   CONCORD_API_BEGIN
   require_out(out, "out");
   *out = nullptr;
-  auto child = require(comm, "comm").comm->split(color, key);
-  if (child) *out = new concord_comm{nullptr, std::move(child)};
+  auto child = require(comm, "comm").comm().split(color, key);
+  if (child) *out = new concord_comm{concord::World{nullptr, std::move(child)}};
   CONCORD_API_END
 }
 
 concord_status concord_comm_rank(concord_comm_t comm, int* rank) {
   CONCORD_API_BEGIN
   require_out(rank, "rank");
-  *rank = require(comm, "comm").comm->rank();
+  *rank = require(comm, "comm").comm().rank();
   CONCORD_API_END
 }
 
 concord_status concord_comm_size(concord_comm_t comm, int* size) {
   CONCORD_API_BEGIN
   require_out(size, "size");
-  *size = require(comm, "comm").comm->size();
+  *size = require(comm, "comm").comm().size();
   CONCORD_API_END
 }
 
 concord_status concord_comm_local_rank(concord_comm_t comm, int* local_rank) {
   CONCORD_API_BEGIN
   require_out(local_rank, "local_rank");
-  *local_rank = require(comm, "comm").comm->local_rank();
+  *local_rank = require(comm, "comm").comm().local_rank();
   CONCORD_API_END
 }
 
 concord_status concord_comm_backend(concord_comm_t comm, const char** name) {
   CONCORD_API_BEGIN
   require_out(name, "name");
-  *name = require(comm, "comm").comm->cpu_backend_name();
+  *name = require(comm, "comm").comm().backend_name();
   CONCORD_API_END
 }
 
 concord_status concord_comm_timeout(concord_comm_t comm, double* timeout_s) {
   CONCORD_API_BEGIN
   require_out(timeout_s, "timeout_s");
-  *timeout_s = require(comm, "comm").comm->timeout_s();
+  *timeout_s = require(comm, "comm").comm().timeout_s();
   CONCORD_API_END
 }
 
 concord_status concord_comm_abort(concord_comm_t comm) {
   CONCORD_API_BEGIN
-  require(comm, "comm").comm->abort();
+  require(comm, "comm").comm().abort();
   CONCORD_API_END
 }
 
@@ -408,7 +365,7 @@ concord_status concord_comm_destroy(concord_comm_t comm) {
 concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                   concord_reduce_op op, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
-  auto& c = *require(comm, "comm").comm;
+  auto& c = require(comm, "comm").comm();
   store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
                                 work != nullptr, stream),
              c.timeout_s());
@@ -418,7 +375,7 @@ concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLT
 concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                   void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
-  auto& c = *require(comm, "comm").comm;
+  auto& c = require(comm, "comm").comm();
   store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END
@@ -428,7 +385,7 @@ concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
                                       concord_reduce_op op, void* stream,
                                       concord_work_t* work) {
   CONCORD_API_BEGIN
-  auto& c = *require(comm, "comm").comm;
+  auto& c = require(comm, "comm").comm();
   store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
                                     work != nullptr, stream),
              c.timeout_s());
@@ -438,7 +395,7 @@ concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
 concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                  int root, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
-  auto& c = *require(comm, "comm").comm;
+  auto& c = require(comm, "comm").comm();
   const concord::TensorView out = view(recv, "recv");
   // send is read on the root only; elsewhere it may be NULL.
   const concord::TensorView in = send != nullptr || c.rank() == root ? view(send, "send") : out;
@@ -448,7 +405,7 @@ concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTe
 
 concord_status concord_barrier(concord_comm_t comm, concord_work_t* work) {
   CONCORD_API_BEGIN
-  auto& c = *require(comm, "comm").comm;
+  auto& c = require(comm, "comm").comm();
   store_work(work, c.barrier(work != nullptr), c.timeout_s());
   CONCORD_API_END
 }
@@ -457,7 +414,7 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
                                         size_t num_tensors, concord_reduce_op op, void* stream,
                                         concord_work_t* work) {
   CONCORD_API_BEGIN
-  auto& c = *require(comm, "comm").comm;
+  auto& c = require(comm, "comm").comm();
   store_work(work, c.all_reduce_multi(concord::cabi::views(tensors, num_tensors, "tensors"), to_reduce_op(static_cast<int>(op)), work != nullptr, stream),
              c.timeout_s());
   CONCORD_API_END

@@ -111,7 +111,7 @@ concord_status concord_grad_sync_create(concord_comm_t comm, const DLTensor* con
   CONCORD_API_BEGIN
   require_out(out, "out");
   *out = nullptr;
-  auto& communicator = *require(comm, "comm").comm;
+  auto& communicator = require(comm, "comm").comm();
   const concord::dp::GradSyncOptions opts = to_grad_sync_options(options);
   std::vector<TensorView> templates = views(grads, num_grads, "grads", "num_grads");
   auto handle = std::make_unique<concord_grad_sync>();

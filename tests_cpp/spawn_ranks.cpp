@@ -12,7 +12,8 @@
 
 namespace concord::testing {
 
-void spawn_ranks(int nranks, const std::function<void(Communicator&)>& body, double timeout_s) {
+void spawn_ranks(int nranks, const std::function<void(Communicator&)>& body, double timeout_s,
+                 BackendChoice choice) {
   static std::atomic<int> job{0};
   const std::string name = concat("threads", job++);
   StoreServer server("127.0.0.1", 0, "test-token");
@@ -25,7 +26,7 @@ void spawn_ranks(int nranks, const std::function<void(Communicator&)>& body, dou
         auto store = std::make_shared<SharedStore>();
         store->client = std::make_unique<StoreClient>("127.0.0.1", server.port(), "test-token",
                                                       std::chrono::duration<double>(timeout_s));
-        Communicator comm(store, name, rank, nranks, timeout_s);
+        Communicator comm(store, name, rank, nranks, timeout_s, choice);
         body(comm);
       } catch (...) {
         std::lock_guard lock(error_mutex);

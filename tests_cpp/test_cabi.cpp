@@ -104,6 +104,28 @@ TEST_CASE("a world of one needs no launcher", "[cabi]") {
   CHECK(concord_comm_destroy(comm) == CONCORD_OK);
 }
 
+TEST_CASE("the backend option is honoured", "[cabi][backend_choice]") {
+  concord_comm_options options = CONCORD_COMM_OPTIONS_INIT;
+  options.rank = 0;
+  options.world_size = 1;
+  concord_comm_t comm = nullptr;
+  options.backend = "shm";
+  REQUIRE(concord_comm_init(&options, &comm) == CONCORD_OK);
+  const char* backend = nullptr;
+  CHECK(concord_comm_backend(comm, &backend) == CONCORD_OK);
+  CHECK(std::string(backend) == "shm");
+  CHECK(concord_comm_destroy(comm) == CONCORD_OK);
+
+  options.backend = "mpi";
+  CHECK(concord_comm_init(&options, &comm) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(concord_last_error()) ==
+        "unknown backend 'mpi'; choose 'auto', 'shm', 'gloo' or 'nccl'");
+  CHECK(comm == nullptr);
+  options.backend = "gloo";
+  CHECK(concord_comm_init(&options, &comm) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(comm == nullptr);
+}
+
 TEST_CASE("collectives through the C ABI, blocking and asynchronous", "[cabi]") {
   const int nranks = 3;
   std::vector<std::string> failures(nranks);

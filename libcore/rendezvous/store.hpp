@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ class StoreClient {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// A store client shared by a communicator and the ones split from it; the
+// client serves one call at a time, so users hold `mutex` around their calls.
+struct SharedStore {
+  std::mutex mutex;
+  std::unique_ptr<StoreClient> client;
 };
 
 }  // namespace concord

@@ -1,9 +1,14 @@
 #include "comm/nccl/nccl_backend.hpp"
 
+#include <chrono>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/format.hpp"
+#include "comm/backends.hpp"
 #include "plugin/cuda_plugin.hpp"
+#include "rendezvous/store.hpp"
 
 namespace concord {
 namespace {
@@ -17,25 +22,39 @@ void complete_work(void* user, int status, const char* message) {
   delete work;
 }
 
-}  // namespace
-
-std::string NcclBackend::make_unique_id() {
-  const plugin::NcclApi& api = plugin::nccl();
+std::string make_unique_id(const plugin::NcclApi& api) {
   std::string id(plugin::kUniqueIdBytes, '\0');
   plugin::check(api.unique_id(reinterpret_cast<unsigned char*>(id.data())), api.last_error,
                 "nccl");
   return id;
 }
 
-std::unique_ptr<NcclBackend> NcclBackend::join(const std::string& unique_id, int rank, int size,
-                                               int device, double timeout_s) {
+}  // namespace
+
+std::unique_ptr<NcclBackend> NcclBackend::create(const Peers& peers, int device, const char* op,
+                                                 std::uint64_t attempt) {
+  // Checked before the rendezvous, so that ranks without a usable device
+  // fail at once instead of waiting for each other.
+  plugin::require_device(device, /*need_nccl=*/true, concat(op, ": nccl").c_str());
   const plugin::NcclApi& api = plugin::nccl();
-  if (unique_id.size() != plugin::kUniqueIdBytes)
-    fail(StatusCode::kInternal, "nccl: the unique id has ", unique_id.size(), " bytes, expected ",
+  // A key per attempt: after a failed one (no device, say) a later attempt
+  // must not read the id of the earlier. The store is held only for this.
+  const std::string key = concat(peers.name, "/nccl/unique_id/", attempt);
+  std::string id;
+  if (peers.rank == 0) id = make_unique_id(api);
+  {
+    std::lock_guard lock(peers.store.mutex);
+    if (peers.rank == 0)
+      peers.store.client->set(key, id);
+    else
+      id = peers.store.client->get(key, std::chrono::duration<double>(peers.timeout_s));
+  }
+  if (id.size() != plugin::kUniqueIdBytes)
+    fail(StatusCode::kInternal, "nccl: the unique id has ", id.size(), " bytes, expected ",
          plugin::kUniqueIdBytes);
   void* comm = nullptr;
-  plugin::check(api.comm_create(reinterpret_cast<const unsigned char*>(unique_id.data()), size,
-                                rank, device, timeout_s, &comm),
+  plugin::check(api.comm_create(reinterpret_cast<const unsigned char*>(id.data()), peers.size,
+                                peers.rank, device, peers.timeout_s, &comm),
                 api.last_error, "nccl");
   return std::unique_ptr<NcclBackend>(new NcclBackend(api, comm, device));
 }
@@ -43,9 +62,19 @@ std::unique_ptr<NcclBackend> NcclBackend::join(const std::string& unique_id, int
 NcclBackend::NcclBackend(const plugin::NcclApi& api, void* comm, int device)
     : api_(api), comm_(comm), device_(device) {}
 
-NcclBackend::~NcclBackend() { api_.comm_destroy(comm_); }
+NcclBackend::~NcclBackend() {
+  api_.comm_destroy(comm_);  // waits for enqueued work, the barriers' included
+  if (barrier_buffer_ != nullptr) plugin::kernels().device_free(device_, barrier_buffer_);
+}
 
-std::unique_ptr<NcclBackend> NcclBackend::split(int color, int key) {
+void NcclBackend::check_device(const char* op, const Device& device) const {
+  if (device.id != device_)
+    invalid_argument(op, ": tensors are on cuda:", device.id, " but this communicator's nccl ",
+                     "backend is on cuda:", device_,
+                     "; a communicator uses one CUDA device per rank");
+}
+
+std::unique_ptr<Backend> NcclBackend::split(int color, int key) {
   void* child = nullptr;
   plugin::check(api_.comm_split(comm_, color, key, &child), api_.last_error, "split");
   if (child == nullptr) return nullptr;
@@ -55,51 +84,65 @@ std::unique_ptr<NcclBackend> NcclBackend::split(int color, int key) {
 void NcclBackend::abort(const char* reason) noexcept { api_.comm_abort(comm_, reason); }
 
 template <class Call>
-void NcclBackend::submit(OpLabel label, const std::shared_ptr<Work>& work, Call&& call) {
+void NcclBackend::submit(const OpContext& ctx, Call&& call) {
   // The plugin calls complete_work exactly when the enqueue succeeded.
-  auto* user = work ? new std::shared_ptr<Work>(work) : nullptr;
-  const int rc = call(work ? &complete_work : plugin::Completion{nullptr}, user);
+  auto* user = ctx.work ? new std::shared_ptr<Work>(ctx.work) : nullptr;
+  const int rc = call(ctx.work ? &complete_work : plugin::Completion{nullptr}, user);
   if (rc != 0) {
     delete user;
-    plugin::check(rc, api_.last_error, label.name);
+    plugin::check(rc, api_.last_error, ctx.label.name);
   }
 }
 
-void NcclBackend::all_reduce(OpLabel label, const void* send, void* recv, std::size_t count,
-                             DType dtype, ReduceOp op, Stream stream,
-                             const std::shared_ptr<Work>& work) {
-  submit(label, work, [&](plugin::Completion done, void* user) {
-    return api_.all_reduce(comm_, label.name, label.seq, send, recv, count, dtype, op, stream,
+void NcclBackend::all_reduce(const OpContext& ctx, const void* send, void* recv,
+                             std::size_t count, DType dtype, ReduceOp op) {
+  submit(ctx, [&](plugin::Completion done, void* user) {
+    return api_.all_reduce(comm_, ctx.label.name, ctx.label.seq, send, recv, count, dtype, op,
+                           ctx.stream, done, user);
+  });
+}
+
+void NcclBackend::all_gather(const OpContext& ctx, const void* send, void* recv,
+                             std::size_t bytes) {
+  submit(ctx, [&](plugin::Completion done, void* user) {
+    return api_.all_gather(comm_, ctx.label.name, ctx.label.seq, send, recv, bytes, ctx.stream,
                            done, user);
   });
 }
 
-void NcclBackend::all_gather(OpLabel label, const void* send, void* recv, std::size_t bytes,
-                             Stream stream, const std::shared_ptr<Work>& work) {
-  submit(label, work, [&](plugin::Completion done, void* user) {
-    return api_.all_gather(comm_, label.name, label.seq, send, recv, bytes, stream, done, user);
+void NcclBackend::reduce_scatter(const OpContext& ctx, const void* send, void* recv,
+                                 std::size_t count, DType dtype, ReduceOp op) {
+  submit(ctx, [&](plugin::Completion done, void* user) {
+    return api_.reduce_scatter(comm_, ctx.label.name, ctx.label.seq, send, recv, count, dtype,
+                               op, ctx.stream, done, user);
   });
 }
 
-void NcclBackend::reduce_scatter(OpLabel label, const void* send, void* recv,
-                                 std::size_t recv_count, DType dtype, ReduceOp op, Stream stream,
-                                 const std::shared_ptr<Work>& work) {
-  submit(label, work, [&](plugin::Completion done, void* user) {
-    return api_.reduce_scatter(comm_, label.name, label.seq, send, recv, recv_count, dtype, op,
-                               stream, done, user);
+void NcclBackend::broadcast(const OpContext& ctx, const void* send, void* recv,
+                            std::size_t bytes, int root) {
+  submit(ctx, [&](plugin::Completion done, void* user) {
+    return api_.broadcast(comm_, ctx.label.name, ctx.label.seq, send, recv, bytes, root,
+                          ctx.stream, done, user);
   });
 }
 
-void NcclBackend::broadcast(OpLabel label, const void* send, void* recv, std::size_t bytes,
-                            int root, Stream stream, const std::shared_ptr<Work>& work) {
-  submit(label, work, [&](plugin::Completion done, void* user) {
-    return api_.broadcast(comm_, label.name, label.seq, send, recv, bytes, root, stream, done,
-                          user);
-  });
+void NcclBackend::barrier(const OpContext& ctx) {
+  if (barrier_buffer_ == nullptr) {
+    const plugin::KernelsApi& kernels = plugin::kernels();
+    plugin::check(kernels.device_alloc(device_, sizeof(float), &barrier_buffer_),
+                  kernels.last_error, ctx.label.name);
+  }
+  const auto work = ctx.work ? ctx.work : std::make_shared<Work>();
+  all_reduce(OpContext{ctx.label, ctx.stream, work}, barrier_buffer_, barrier_buffer_, 1,
+             DType::kFloat32, ReduceOp::kSum);
+  if (ctx.work) return;
+  // Bounded: the watchdog fails the operation once it exceeds the timeout.
+  work->wait_for(std::chrono::hours(24 * 365));
+  if (const Status status = work->status(); !status.ok()) throw_status(status);
 }
 
-void NcclBackend::all_reduce_group(OpLabel label, const std::vector<TensorView>& tensors,
-                                   ReduceOp op, Stream stream, const std::shared_ptr<Work>& work) {
+void NcclBackend::all_reduce_multi(const OpContext& ctx, std::span<const TensorView> tensors,
+                                   ReduceOp op) {
   std::vector<void*> buffers;
   std::vector<std::size_t> counts;
   std::vector<DType> dtypes;
@@ -108,9 +151,10 @@ void NcclBackend::all_reduce_group(OpLabel label, const std::vector<TensorView>&
     counts.push_back(static_cast<std::size_t>(t.numel));
     dtypes.push_back(t.dtype);
   }
-  submit(label, work, [&](plugin::Completion done, void* user) {
-    return api_.all_reduce_group(comm_, label.name, label.seq, buffers.data(), counts.data(),
-                                 dtypes.data(), tensors.size(), op, stream, done, user);
+  submit(ctx, [&](plugin::Completion done, void* user) {
+    return api_.all_reduce_group(comm_, ctx.label.name, ctx.label.seq, buffers.data(),
+                                 counts.data(), dtypes.data(), tensors.size(), op, ctx.stream,
+                                 done, user);
   });
 }
 

@@ -302,8 +302,9 @@ bool ShmBackend::peer_alive(int peer) const noexcept {
 
 // ---- collectives -----------------------------------------------------------
 
-void ShmBackend::all_reduce(OpLabel label, const void* send, void* recv, std::size_t count,
+void ShmBackend::all_reduce(const OpContext& ctx, const void* send, void* recv, std::size_t count,
                             DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
   begin(label);
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes <= std::min(config_.one_shot_bytes, config_.slot_bytes))
@@ -370,7 +371,8 @@ void ShmBackend::all_reduce_pipelined(OpLabel label, const void* send, void* rec
   }
 }
 
-void ShmBackend::all_gather(OpLabel label, const void* send, void* recv, std::size_t bytes) {
+void ShmBackend::all_gather(const OpContext& ctx, const void* send, void* recv, std::size_t bytes) {
+  const OpLabel label = ctx.label;
   begin(label);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
@@ -392,8 +394,9 @@ void ShmBackend::all_gather(OpLabel label, const void* send, void* recv, std::si
   } while (offset < bytes);
 }
 
-void ShmBackend::reduce_scatter(OpLabel label, const void* send, void* recv, std::size_t count,
+void ShmBackend::reduce_scatter(const OpContext& ctx, const void* send, void* recv, std::size_t count,
                                 DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
   begin(label);
   const std::size_t elem = dtype_size(dtype);
   // Each step moves `block` elements of every rank's block; a slot holds one
@@ -423,8 +426,9 @@ void ShmBackend::reduce_scatter(OpLabel label, const void* send, void* recv, std
   } while (offset < count);
 }
 
-void ShmBackend::broadcast(OpLabel label, const void* send, void* recv, std::size_t bytes,
+void ShmBackend::broadcast(const OpContext& ctx, const void* send, void* recv, std::size_t bytes,
                            int root) {
+  const OpLabel label = ctx.label;
   begin(label);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
@@ -445,7 +449,8 @@ void ShmBackend::broadcast(OpLabel label, const void* send, void* recv, std::siz
   } while (offset < bytes);
 }
 
-void ShmBackend::barrier(OpLabel label) {
+void ShmBackend::barrier(const OpContext& ctx) {
+  const OpLabel label = ctx.label;
   begin(label);
   const Step step = next_step();
   publish_descriptor(step, label, Kind::kBarrier, 0, DType::kUInt8, ReduceOp::kSum, -1);

@@ -36,14 +36,16 @@ class ShmBackend final : public Backend {
   ShmBackend(StoreClient& store, const std::string& name, int rank, int nranks, ShmConfig config);
 
   const char* name() const noexcept override { return "shm"; }
-  void all_reduce(OpLabel label, const void* send, void* recv, std::size_t count, DType dtype,
-                  ReduceOp op) override;
-  void all_gather(OpLabel label, const void* send, void* recv, std::size_t bytes) override;
-  void reduce_scatter(OpLabel label, const void* send, void* recv, std::size_t count, DType dtype,
-                      ReduceOp op) override;
-  void broadcast(OpLabel label, const void* send, void* recv, std::size_t bytes,
+  DeviceKind device_kind() const noexcept override { return DeviceKind::kCPU; }
+  Completion completion() const noexcept override { return Completion::kOnReturn; }
+  void all_reduce(const OpContext& ctx, const void* send, void* recv, std::size_t count,
+                  DType dtype, ReduceOp op) override;
+  void all_gather(const OpContext& ctx, const void* send, void* recv, std::size_t bytes) override;
+  void reduce_scatter(const OpContext& ctx, const void* send, void* recv, std::size_t count,
+                      DType dtype, ReduceOp op) override;
+  void broadcast(const OpContext& ctx, const void* send, void* recv, std::size_t bytes,
                  int root) override;
-  void barrier(OpLabel label) override;
+  void barrier(const OpContext& ctx) override;
   void abort(const char* reason) noexcept override;
 
  private:
