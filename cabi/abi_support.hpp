@@ -31,7 +31,6 @@ struct concord_comm {
 
 struct concord_work {
   std::shared_ptr<concord::Work> work;
-  double default_timeout_s;
 };
 
 namespace concord::cabi {

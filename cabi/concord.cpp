@@ -1,5 +1,6 @@
 // The C ABI: a thin layer that validates handles, converts DLTensors to
 // views and maps exceptions to a status plus a thread-local message.
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -53,8 +54,8 @@ using concord::cabi::view;
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
 
-void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work, double timeout_s) {
-  if (out != nullptr) *out = new concord_work{std::move(work), timeout_s};
+void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work) {
+  if (out != nullptr) *out = new concord_work{std::move(work)};
 }
 
 std::string json_string(const std::string& text) {
@@ -367,8 +368,7 @@ concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLT
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
   store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
-                                work != nullptr, stream),
-             c.timeout_s());
+                                work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -376,8 +376,7 @@ concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLT
                                   void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr, stream),
-             c.timeout_s());
+  store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -387,8 +386,7 @@ concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
   store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
-                                    work != nullptr, stream),
-             c.timeout_s());
+                                    work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -399,14 +397,14 @@ concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTe
   const concord::TensorView out = view(recv, "recv");
   // send is read on the root only; elsewhere it may be NULL.
   const concord::TensorView in = send != nullptr || c.rank() == root ? view(send, "send") : out;
-  store_work(work, c.broadcast(in, out, root, work != nullptr, stream), c.timeout_s());
+  store_work(work, c.broadcast(in, out, root, work != nullptr, stream));
   CONCORD_API_END
 }
 
 concord_status concord_barrier(concord_comm_t comm, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.barrier(work != nullptr), c.timeout_s());
+  store_work(work, c.barrier(work != nullptr));
   CONCORD_API_END
 }
 
@@ -415,8 +413,7 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
                                         concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.all_reduce_multi(concord::cabi::views(tensors, num_tensors, "tensors"), to_reduce_op(static_cast<int>(op)), work != nullptr, stream),
-             c.timeout_s());
+  store_work(work, c.all_reduce_multi(concord::cabi::views(tensors, num_tensors, "tensors"), to_reduce_op(static_cast<int>(op)), work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -425,9 +422,11 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
 concord_status concord_work_wait(concord_work_t work, double timeout_s) {
   CONCORD_API_BEGIN
   auto& w = require(work, "work");
-  const double limit = timeout_s < 0 ? w.default_timeout_s : timeout_s;
-  if (!w.work->wait_for(seconds(limit)))
-    concord::fail(StatusCode::kTimeout, "work did not finish within ", limit, " s");
+  if (std::isnan(timeout_s)) concord::invalid_argument("timeout_s is nan");
+  if (timeout_s < 0)
+    w.work->wait();  // the collective ends within its communicator's own timeout
+  else if (!w.work->wait_for(timeout_s))
+    concord::fail(StatusCode::kTimeout, "work did not finish within ", timeout_s, " s");
   if (const concord::Status status = w.work->status(); !status.ok())
     return record(status.code, status.message.c_str());
   CONCORD_API_END

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +22,7 @@
 using namespace concord;
 using concord::testing::contains;
 using concord::testing::spawn_ranks;
+using concord::testing::status_of;
 
 namespace {
 
@@ -263,7 +266,7 @@ TEST_CASE("asynchronous collectives complete in issue order", "[shm]") {
     // A blocking call behind pending ones runs after them.
     comm.all_reduce(inputs[3][comm.rank()].view(), outputs[3].view(), ReduceOp::kSum, false);
     for (auto& w : works) {
-      if (!w->wait_for(std::chrono::seconds(30))) failures[comm.rank()] = "work did not finish";
+      if (!w->wait_for(30.0)) failures[comm.rank()] = "work did not finish";
       if (!w->status().ok()) failures[comm.rank()] = w->status().message;
     }
     for (int k = 0; k < 4 && failures[comm.rank()].empty(); ++k)
@@ -345,12 +348,84 @@ TEST_CASE("bad arguments fail before any communication", "[shm][errors]") {
 TEST_CASE("ranks that disagree on a collective get Mismatch, not a hang", "[shm][errors]") {
   auto statuses = statuses_of(3, 10.0, [](Communicator& comm) {
     std::vector<float> data(comm.rank() == 1 ? 20 : 10, 1.0f);
-    TensorView v{data.data(), std::int64_t(data.size()), DType::kFloat32, {}};
+    const TensorView v = TensorView::flat(data.data(), std::int64_t(data.size()), DType::kFloat32);
     comm.all_reduce(v, v, ReduceOp::kSum, false);
   });
   for (auto& s : statuses) {
     CHECK(s.code == StatusCode::kMismatch);
-    CHECK(contains(s.message, "rank 1 called all_reduce #0 (float32, 20 elements, sum)"));
+    CHECK(contains(s.message, "rank 1 called all_reduce #0 (float32 shape (20,), sum)"));
+  }
+}
+
+// A view of `data` with `shape` (as the C ABI would give it) and `dtype`.
+TensorView shaped(void* data, DType dtype, const Shape& shape) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.shape = shape;
+  v.numel = 1;
+  for (std::int64_t extent : shape) v.numel *= extent;
+  return v;
+}
+
+TEST_CASE("ranks must agree on dtype and shape, not only on byte or element counts",
+          "[shm][errors]") {
+  // Each case: what rank 0 passes, what the others pass; same bytes (or
+  // elements) on every rank, so a count comparison alone would let it through
+  // and reinterpret the bytes.
+  std::int32_t ints[6] = {};
+  float floats[6] = {};
+  struct Case {
+    const char* what;
+    std::function<void(Communicator&, bool first)> call;
+    const char* rank1_called;
+  };
+  const std::vector<Case> cases = {
+      {"all_gather float32[4] vs int32[4]",
+       [&](Communicator& comm, bool first) {
+         std::vector<std::int32_t> out(4 * comm.size());
+         const TensorView send = first ? shaped(floats, DType::kFloat32, {4})
+                                       : shaped(ints, DType::kInt32, {4});
+         comm.all_gather(send, shaped(out.data(), send.dtype, {4 * comm.size()}), false);
+       },
+       "rank 1 called all_gather #0 (int32 shape (4,))"},
+      {"broadcast float32[4] vs int32[4]",
+       [&](Communicator& comm, bool first) {
+         const TensorView x = first ? shaped(floats, DType::kFloat32, {4})
+                                    : shaped(ints, DType::kInt32, {4});
+         comm.broadcast(x, x, 0, false);
+       },
+       "rank 1 called broadcast #0 (int32 shape (4,), root 0)"},
+      {"all_reduce (2, 3) vs (3, 2)",
+       [&](Communicator& comm, bool first) {
+         const TensorView x = shaped(floats, DType::kFloat32, first ? Shape{2, 3} : Shape{3, 2});
+         comm.all_reduce(x, x, ReduceOp::kSum, false);
+       },
+       "rank 1 called all_reduce #0 (float32 shape (3, 2), sum)"},
+      {"reduce_scatter (6,) vs (2, 3)",
+       [&](Communicator& comm, bool first) {
+         const TensorView x = shaped(floats, DType::kFloat32, first ? Shape{6} : Shape{2, 3});
+         float out[3];
+         comm.reduce_scatter(x, shaped(out, DType::kFloat32, {6 / comm.size()}), ReduceOp::kSum,
+                             false);
+       },
+       "rank 1 called reduce_scatter #0 (float32 shape (2, 3), sum)"},
+      {"all_reduce_multi [(2,), (4,)] vs [(4,), (2,)]",
+       [&](Communicator& comm, bool first) {
+         std::vector<TensorView> tensors{shaped(floats, DType::kFloat32, {first ? 2 : 4}),
+                                         shaped(floats + 4, DType::kFloat32, {first ? 4 : 2})};
+         comm.all_reduce_multi(tensors, ReduceOp::kSum, false);
+       },
+       "rank 1 called all_reduce #0 (tensor list "},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    auto statuses = statuses_of(2, 10.0, [&](Communicator& comm) { c.call(comm, comm.rank() == 0); });
+    for (auto& s : statuses) {
+      INFO(s.message);
+      CHECK(s.code == StatusCode::kMismatch);
+      CHECK(contains(s.message, c.rank1_called));
+    }
   }
 }
 
@@ -364,22 +439,63 @@ TEST_CASE("a rank that never arrives times out naming the op and the silent rank
   });
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(elapsed < 5.0);
-  // Whichever of ranks 0 and 1 times out first aborts; the other sees that.
+  // Whichever of ranks 0 and 1 times out first aborts; the other learns the
+  // cause, so both report a timeout (not one a timeout and one a peer's abort).
   for (int r : {0, 1}) {
     INFO(statuses[r].message);
-    CHECK((statuses[r].code == StatusCode::kTimeout || statuses[r].code == StatusCode::kRemote));
+    CHECK(statuses[r].code == StatusCode::kTimeout);
     CHECK(contains(statuses[r].message, "all_reduce #0"));
+    CHECK(contains(statuses[r].message, "not heard from ranks [2]"));
   }
-  const bool someone_timed_out = statuses[0].code == StatusCode::kTimeout || statuses[1].code == StatusCode::kTimeout;
-  CHECK(someone_timed_out);
-  for (int r : {0, 1})
-    if (statuses[r].code == StatusCode::kTimeout) CHECK(contains(statuses[r].message, "not heard from ranks [2]"));
+}
+
+TEST_CASE("an infinite timeout means no limit, not an immediate timeout", "[shm][errors]") {
+  const double infinite = std::numeric_limits<double>::infinity();
+  for (double timeout : {infinite, 1e12, 9.3e9}) {
+    spawn_ranks(2, [](Communicator& comm) {
+      float x[3] = {1, 2, 3};
+      comm.all_reduce(TensorView::flat(x, 3, DType::kFloat32), TensorView::flat(x, 3, DType::kFloat32),
+                      ReduceOp::kSum, false);
+      CHECK(x[2] == 6.0f);
+      auto work = comm.barrier(true);
+      work->wait();
+      CHECK(work->status().ok());
+    }, timeout);
+  }
+  // An aborting peer still ends the wait at once.
+  auto statuses = statuses_of(2, infinite, [](Communicator& comm) {
+    float x = 1;
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm.abort();
+      return;
+    }
+    comm.all_reduce(TensorView::flat(&x, 1, DType::kFloat32), TensorView::flat(&x, 1, DType::kFloat32),
+                    ReduceOp::kSum, false);
+  });
+  CHECK(statuses[1].code == StatusCode::kRemote);
+}
+
+TEST_CASE("a Work's own wait checks its timeout and waits without limit for the collective",
+          "[shm][errors]") {
+  Work work;
+  CHECK(status_of([&] { work.wait_for(std::nan("")); }).code == StatusCode::kInvalidArgument);
+  CHECK(status_of([&] { work.wait_for(-1.0); }).code == StatusCode::kInvalidArgument);
+  CHECK_FALSE(work.wait_for(0.0));
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    work.complete(Status::Ok());
+  });
+  CHECK(work.wait_for(std::numeric_limits<double>::infinity()));
+  finisher.join();
+  work.wait();
+  CHECK(work.done());
 }
 
 TEST_CASE("abort makes the peers fail fast and the communicator unusable", "[shm][errors]") {
   auto statuses = statuses_of(2, 20.0, [](Communicator& comm) {
     float x = 1;
-    TensorView v{&x, 1, DType::kFloat32, {}};
+    const TensorView v = TensorView::flat(&x, 1, DType::kFloat32);
     if (comm.rank() == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       comm.abort();
@@ -408,7 +524,7 @@ TEST_CASE("all_reduce_multi reduces tensors of mixed dtypes in place", "[shm]") 
     }
     for (auto& b : mine) views.push_back(b.view());
     auto work = comm.all_reduce_multi(views, ReduceOp::kSum, true);
-    work->wait_for(std::chrono::seconds(30));
+    work->wait();
     if (!work->status().ok()) failures[comm.rank()] = work->status().message;
     for (int i = 0; i < 5 && failures[comm.rank()].empty(); ++i)
       failures[comm.rank()] = compare_reduced(mine[i], 0, ReduceOp::kSum, inputs[i], 0);

@@ -35,9 +35,24 @@ enum class Completion {
   kOnDevice,
 };
 
+// What every rank must pass alike to a collective, besides its kind and
+// sequence number. Backends compare it across ranks before they touch any
+// data (shm: in the descriptors of an operation's first step) and fail with
+// Mismatch, naming what each rank called, when it differs: ranks that
+// disagree get an error, never reinterpreted bytes.
+struct Signature {
+  int dtype = -1;    // a DType, or -1 (barrier, all_reduce_multi)
+  int op = -1;       // a ReduceOp, or -1
+  int root = -1;     // broadcast's root, or -1
+  Shape shape;       // of each rank's tensor (the send tensor; broadcast: recv)
+  // all_reduce_multi: a digest of every tensor's dtype and shape, in order.
+  std::uint64_t layout = 0;
+};
+
 // One collective call, besides its buffers.
 struct OpContext {
   OpLabel label;
+  Signature signature;
   // kOnDevice backends: the caller's CUDA stream (nullptr: the legacy
   // default stream) and the Work to complete (nullptr for a blocking call).
   // Always null for kOnReturn backends.
@@ -88,8 +103,10 @@ class Backend {
   // communicator instead (the default).
   virtual std::unique_ptr<Backend> split(int color, int key);
 
-  // Makes pending and future operations here and on the peers fail.
-  virtual void abort(const char* reason) noexcept = 0;
+  // Makes pending and future operations here and on the peers fail. `cause`
+  // is the root cause the peers report: kTimeout when this rank gave up
+  // waiting, kRemote when it saw a peer die or was told to abort.
+  virtual void abort(const Status& cause) noexcept = 0;
 };
 
 }  // namespace concord

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/digest.hpp"
 #include "base/format.hpp"
 #include "comm/backends.hpp"
 #include "comm/hosts.hpp"
@@ -33,6 +34,18 @@ void check_same_device_and_dtype(const char* op, const TensorView& send, const T
   if (send.dtype != recv.dtype)
     invalid_argument(op, ": send is ", dtype_name(send.dtype), " but recv is ",
                      dtype_name(recv.dtype));
+}
+
+// Every tensor's dtype and extents: ranks whose tensor lists differ in any
+// of them get different digests.
+std::uint64_t layout_digest(const std::vector<TensorView>& tensors) {
+  Digest digest;
+  digest.mix(tensors.size());
+  for (const TensorView& t : tensors) {
+    digest.mix(static_cast<std::uint64_t>(t.dtype)).mix(static_cast<std::uint64_t>(t.shape.ndim()));
+    for (std::int64_t extent : t.shape) digest.mix(static_cast<std::uint64_t>(extent));
+  }
+  return digest.value();
 }
 
 }  // namespace
@@ -137,23 +150,23 @@ Backend& Communicator::backend_for(const Device& device, const char* op) {
 }
 
 std::shared_ptr<Work> Communicator::run(const char* op, const Device& device, bool async,
-                                        void* stream, Body body) {
+                                        void* stream, Signature signature, Body body) {
   check_usable(op);
   Backend& backend = backend_for(device, op);
-  const OpLabel label{op, next_seq_++};
+  OpContext ctx{OpLabel{op, next_seq_++}, std::move(signature)};
   if (backend.completion() == Completion::kOnDevice) {
-    auto work = async ? std::make_shared<Work>() : nullptr;
-    guarded([&] { body(backend, OpContext{label, stream, work}); });
-    return work;
+    ctx.stream = stream;
+    if (async) ctx.work = std::make_shared<Work>();
+    guarded([&] { body(backend, ctx); });
+    return ctx.work;
   }
-  const OpContext ctx{label};
   if (!async && (!progress_ || progress_->outstanding() == 0)) {
     execute(ctx, backend, body);
     return nullptr;
   }
   auto work = std::make_shared<Work>();
   if (!progress_) progress_ = std::make_unique<ProgressThread>();
-  progress_->submit([this, ctx, &backend, body = std::move(body), work] {
+  progress_->submit([this, ctx = std::move(ctx), &backend, body = std::move(body), work] {
     try {
       execute(ctx, backend, body);
       work->complete(Status::Ok());
@@ -167,7 +180,7 @@ std::shared_ptr<Work> Communicator::run(const char* op, const Device& device, bo
   if (async) return work;
   // A blocking call behind pending asynchronous ones: each of them ends
   // within its own timeout, so this wait is bounded too.
-  work->wait_for(std::chrono::hours(24 * 365));
+  work->wait();
   if (const Status status = work->status(); !status.ok()) throw_status(status);
   return nullptr;
 }
@@ -185,10 +198,10 @@ void Communicator::record_failure(const Status& status) {
 
 void Communicator::abort() noexcept {
   record_failure({StatusCode::kAborted, concat("rank ", rank_, " aborted the communicator")});
-  const std::string reason = concat("rank ", rank_, " called abort");
-  if (host_backend_) host_backend_->abort(reason.c_str());
+  const Status cause{StatusCode::kRemote, concat("rank ", rank_, " called abort")};
+  if (host_backend_) host_backend_->abort(cause);
   std::lock_guard lock(device_mutex_);
-  if (device_backend_) device_backend_->abort(reason.c_str());
+  if (device_backend_) device_backend_->abort(cause);
 }
 
 // ---- collectives: validate everything, then communicate --------------------
@@ -200,6 +213,7 @@ std::shared_ptr<Work> Communicator::all_reduce(const TensorView& send, const Ten
   if (recv.numel != send.numel)
     invalid_argument("all_reduce: recv holds ", recv.numel, " elements, send holds ", send.numel);
   return run("all_reduce", send.device, async, stream,
+             Signature{int(send.dtype), int(op), -1, send.shape},
              [send, recv, op](Backend& b, const OpContext& ctx) {
                b.all_reduce(ctx, send.data, recv.data, static_cast<std::size_t>(send.numel),
                             send.dtype, op);
@@ -213,6 +227,7 @@ std::shared_ptr<Work> Communicator::all_gather(const TensorView& send, const Ten
     invalid_argument("all_gather: recv holds ", recv.numel, " elements, expected ", size_, " x ",
                      send.numel, " = ", send.numel * size_);
   return run("all_gather", send.device, async, stream,
+             Signature{int(send.dtype), -1, -1, send.shape},
              [send, recv](Backend& b, const OpContext& ctx) {
                b.all_gather(ctx, send.data, recv.data, send.nbytes());
              });
@@ -226,6 +241,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter(const TensorView& send, const
     invalid_argument("reduce_scatter: send holds ", send.numel, " elements, expected ", size_,
                      " x ", recv.numel, " = ", recv.numel * size_);
   return run("reduce_scatter", send.device, async, stream,
+             Signature{int(send.dtype), int(op), -1, send.shape},
              [send, recv, op](Backend& b, const OpContext& ctx) {
                b.reduce_scatter(ctx, send.data, recv.data, static_cast<std::size_t>(recv.numel),
                                 send.dtype, op);
@@ -240,6 +256,7 @@ std::shared_ptr<Work> Communicator::broadcast(const TensorView& send, const Tens
   if (recv.numel != send.numel)
     invalid_argument("broadcast: recv holds ", recv.numel, " elements, send holds ", send.numel);
   return run("broadcast", recv.device, async, stream,
+             Signature{int(recv.dtype), -1, root, recv.shape},
              [send, recv, root](Backend& b, const OpContext& ctx) {
                b.broadcast(ctx, send.data, recv.data, recv.nbytes(), root);
              });
@@ -254,7 +271,7 @@ std::shared_ptr<Work> Communicator::barrier(bool async) {
     std::lock_guard lock(device_mutex_);
     device = device_backend_ ? device_ : Device{DeviceKind::kCUDA, local_rank_};
   }
-  return run("barrier", device, async, nullptr,
+  return run("barrier", device, async, nullptr, Signature{},
              [](Backend& b, const OpContext& ctx) { b.barrier(ctx); });
 }
 
@@ -268,7 +285,8 @@ std::shared_ptr<Work> Communicator::all_reduce_multi(std::vector<TensorView> ten
                        " but tensor 0 is on ", device_text(device));
     check_reduce_op(op, t.dtype);
   }
-  return run("all_reduce_multi", device, async, stream,
+  Signature signature{-1, int(op), -1, Shape{}, layout_digest(tensors)};
+  return run("all_reduce_multi", device, async, stream, std::move(signature),
              [tensors = std::move(tensors), op](Backend& b, const OpContext& ctx) {
                b.all_reduce_multi(ctx, tensors, op);
              });

@@ -86,7 +86,7 @@ class Communicator {
   Backend& backend_for(const Device& device, const char* op);
   // The one dispatch path of every collective.
   std::shared_ptr<Work> run(const char* op, const Device& device, bool async, void* stream,
-                            Body body);
+                            Signature signature, Body body);
   void execute(const OpContext& ctx, Backend& backend, const Body& body);
   // Runs `f`, recording a failure that leaves the communicator unusable.
   template <class F>

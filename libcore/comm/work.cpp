@@ -1,10 +1,19 @@
 #include "comm/work.hpp"
 
+#include "base/deadline.hpp"
+#include "base/format.hpp"
+
 namespace concord {
 
-bool Work::wait_for(std::chrono::duration<double> timeout) {
+bool Work::wait_for(double seconds) {
+  if (!(seconds >= 0)) invalid_argument("a wait's timeout must be >= 0 seconds, got ", seconds);
   std::unique_lock lock(mutex_);
-  return finished_.wait_for(lock, timeout, [this] { return done_; });
+  return finished_.wait_until(lock, deadline_after(seconds), [this] { return done_; });
+}
+
+void Work::wait() {
+  std::unique_lock lock(mutex_);
+  finished_.wait(lock, [this] { return done_; });
 }
 
 bool Work::done() const {

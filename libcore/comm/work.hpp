@@ -1,4 +1,4 @@
-// Handle of an asynchronous collective (DESIGN.md §2: Work).
+// Handle of an asynchronous collective.
 #pragma once
 
 #include <chrono>
@@ -11,8 +11,13 @@ namespace concord {
 
 class Work {
  public:
-  // Returns false if `timeout` passed before the collective finished.
-  bool wait_for(std::chrono::duration<double> timeout);
+  // Returns false if `seconds` passed before the collective finished; an
+  // infinite timeout waits until it finished. NaN or negative: InvalidArgument.
+  bool wait_for(double seconds);
+  // Waits until the collective finished. It ends by itself: every
+  // collective is bounded by its communicator's timeout, and a dead peer is
+  // detected.
+  void wait();
   bool done() const;
   Status status() const;  // meaningful once done()
 

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cmath>
 
+#include "base/deadline.hpp"
 #include "base/format.hpp"
 
 namespace concord::wire {
@@ -269,14 +270,7 @@ std::string quote_key(std::string_view key) {
 }
 
 Deadline deadline_after(std::chrono::duration<double> seconds) {
-  // About 30 years: far enough to mean "no practical limit", near enough
-  // not to overflow the clock.
-  constexpr double kLongest = 1e9;
-  double s = seconds.count();
-  if (!(s > 0)) return Clock::now();  // also catches NaN
-  s = std::min(s, kLongest);
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  return concord::deadline_after(seconds.count());
 }
 
 int poll_timeout_ms(Deadline deadline) {

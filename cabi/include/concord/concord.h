@@ -176,8 +176,11 @@ CONCORD_API concord_status concord_barrier(concord_comm_t comm, concord_work_t* 
 
 /* ---- asynchronous work -------------------------------------------------- */
 
-/* Waits until done; timeout_s < 0 uses the communicator's timeout. Returns
- * the collective's own status once it finished. */
+/* Waits until done and returns the collective's own status. timeout_s < 0:
+ * no limit of its own (the collective itself ends within its communicator's
+ * timeout, with an error naming what it waited for); otherwise at most
+ * timeout_s seconds (INFINITY: no limit), after which it returns
+ * CONCORD_ERR_TIMEOUT while the collective goes on. NaN: invalid. */
 CONCORD_API concord_status concord_work_wait(concord_work_t work, double timeout_s);
 /* *done = 1 once finished (then returns the collective's status), else 0. */
 CONCORD_API concord_status concord_work_test(concord_work_t work, int* done);

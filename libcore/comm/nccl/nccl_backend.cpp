@@ -81,7 +81,9 @@ std::unique_ptr<Backend> NcclBackend::split(int color, int key) {
   return std::unique_ptr<NcclBackend>(new NcclBackend(api_, child, device_));
 }
 
-void NcclBackend::abort(const char* reason) noexcept { api_.comm_abort(comm_, reason); }
+void NcclBackend::abort(const Status& cause) noexcept {
+  api_.comm_abort(comm_, cause.message.c_str());
+}
 
 template <class Call>
 void NcclBackend::submit(const OpContext& ctx, Call&& call) {
@@ -133,11 +135,11 @@ void NcclBackend::barrier(const OpContext& ctx) {
                   kernels.last_error, ctx.label.name);
   }
   const auto work = ctx.work ? ctx.work : std::make_shared<Work>();
-  all_reduce(OpContext{ctx.label, ctx.stream, work}, barrier_buffer_, barrier_buffer_, 1,
-             DType::kFloat32, ReduceOp::kSum);
+  all_reduce(OpContext{ctx.label, ctx.signature, ctx.stream, work}, barrier_buffer_,
+             barrier_buffer_, 1, DType::kFloat32, ReduceOp::kSum);
   if (ctx.work) return;
   // Bounded: the watchdog fails the operation once it exceeds the timeout.
-  work->wait_for(std::chrono::hours(24 * 365));
+  work->wait();
   if (const Status status = work->status(); !status.ok()) throw_status(status);
 }
 

@@ -54,7 +54,7 @@ class NcclBackend final : public Backend {
 
   // ncclCommSplit: collective over this backend's ranks.
   std::unique_ptr<Backend> split(int color, int key) override;
-  void abort(const char* reason) noexcept override;
+  void abort(const Status& cause) noexcept override;
 
  private:
   NcclBackend(const plugin::NcclApi& api, void* comm, int device);

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "base/deadline.hpp"
 #include "base/format.hpp"
 #include "plugin/cuda_errors.hpp"
 
@@ -94,8 +95,8 @@ NcclComm::~NcclComm() {
     std::unique_lock lock(mutex_);
     stopping_ = true;
     changed_.notify_all();
-    drained = changed_.wait_for(lock, std::chrono::duration<double>(timeout_s_),
-                                [this] { return pending_.empty(); });
+    drained = changed_.wait_until(lock, deadline_after(timeout_s_),
+                                  [this] { return pending_.empty(); });
   }
   if (!drained)
     abort(StatusCode::kAborted, "the nccl communicator was destroyed with operations that did "
@@ -127,7 +128,7 @@ NcclComm::~NcclComm() {
 }
 
 void NcclComm::settle(ncclComm_t comm, ncclResult_t result, const char* what) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  const auto deadline = deadline_after(timeout_s_);
   ncclResult_t state = result;
   while (true) {
     if (state == ncclSuccess || state == ncclInProgress) {

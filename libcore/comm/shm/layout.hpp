@@ -26,15 +26,23 @@ struct alignas(kCacheLine) RankControl {
   std::int32_t pid;
 };
 
+// Extents of a tensor's shape a descriptor keeps for messages; the digest
+// covers them all.
+inline constexpr int kDescribedDims = 4;
+
 // What a rank is about to do; compared across ranks at an operation's first
-// step so disagreeing ranks fail with Mismatch instead of hanging.
+// step so that disagreeing ranks fail with Mismatch instead of hanging or
+// reading each other's bytes as something else.
 struct alignas(kCacheLine) Descriptor {
   std::uint64_t seq;
-  std::uint64_t count;
+  std::uint64_t count;   // elements (bytes for all_gather and broadcast)
+  std::uint64_t digest;  // of the full shape, or of all_reduce_multi's tensor list
   std::uint32_t kind;
-  std::int32_t dtype;
-  std::int32_t op;
-  std::int32_t root;
+  std::int32_t dtype;    // -1: none
+  std::int32_t op;       // -1: none
+  std::int32_t root;     // -1: none
+  std::int32_t ndim;
+  std::int64_t extents[kDescribedDims];
 };
 
 struct alignas(kCacheLine) Header {
@@ -42,6 +50,8 @@ struct alignas(kCacheLine) Header {
   std::uint32_t nranks;
   std::uint64_t slot_bytes;
   alignas(kCacheLine) std::atomic<std::uint32_t> aborted;  // 0, or aborting rank + 1
+  // The StatusCode peers report for the abort: set before `aborted`.
+  std::int32_t abort_cause;
   alignas(kCacheLine) std::atomic<std::uint32_t> sleepers;  // ranks parked on a futex
   char reason[kReasonBytes];
 };

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/deadline.hpp"
+#include "base/digest.hpp"
 #include "base/env.hpp"
 #include "base/format.hpp"
 #include "comm/shm/futex.hpp"
@@ -86,21 +88,36 @@ const char* kind_name(std::uint32_t kind) {
   return "unknown";
 }
 
+std::uint64_t shape_digest(const Shape& shape) {
+  Digest digest;
+  digest.mix(static_cast<std::uint64_t>(shape.ndim()));
+  for (std::int64_t extent : shape) digest.mix(static_cast<std::uint64_t>(extent));
+  return digest.value();
+}
+
+// "shape (2, 3)", from the extents a descriptor keeps.
+std::string shape_text(const Descriptor& d) {
+  if (d.ndim > kDescribedDims) return concat("a ", d.ndim, "-d shape");
+  return concat("shape ", Shape(d.extents, static_cast<std::size_t>(d.ndim)).str());
+}
+
 std::string describe(const Descriptor& d) {
   std::string text = concat(kind_name(d.kind), " #", d.seq);
   if (d.kind == 5) return text;
-  if (d.dtype >= 0)
-    text += concat(" (", dtype_name(static_cast<DType>(d.dtype)), ", ", d.count, " elements");
-  else
-    text += concat(" (", d.count, " bytes");
-  if (d.op >= 0) text += concat(", ", reduce_op_name(static_cast<ReduceOp>(d.op)));
-  if (d.root >= 0) text += concat(", root ", d.root);
-  return text + ")";
+  std::string details;
+  auto add = [&details](const std::string& part) {
+    details += (details.empty() ? "" : ", ") + part;
+  };
+  if (d.dtype >= 0) add(concat(dtype_name(static_cast<DType>(d.dtype)), " ", shape_text(d)));
+  else add(concat("tensor list ", std::hex, d.digest));
+  if (d.op >= 0) add(reduce_op_name(static_cast<ReduceOp>(d.op)));
+  if (d.root >= 0) add(concat("root ", d.root));
+  return text + " (" + details + ")";
 }
 
 bool same_collective(const Descriptor& a, const Descriptor& b) {
-  return a.seq == b.seq && a.count == b.count && a.kind == b.kind && a.dtype == b.dtype &&
-         a.op == b.op && a.root == b.root;
+  return a.seq == b.seq && a.count == b.count && a.digest == b.digest && a.kind == b.kind &&
+         a.dtype == b.dtype && a.op == b.op && a.root == b.root && a.ndim == b.ndim;
 }
 
 }  // namespace
@@ -184,20 +201,23 @@ ShmBackend::Step ShmBackend::next_step() noexcept {
 }
 
 void ShmBackend::begin(OpLabel label) {
-  deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(config_.timeout_s));
+  deadline_ = deadline_after(config_.timeout_s);
   check_aborted(label);
 }
 
-void ShmBackend::publish_descriptor(const Step& step, OpLabel label, Kind kind, std::uint64_t count,
-                                    DType dtype, ReduceOp op, int root) noexcept {
+void ShmBackend::publish_descriptor(const Step& step, const OpContext& ctx, Kind kind,
+                                    std::uint64_t count) noexcept {
+  const Signature& sig = ctx.signature;
   Descriptor& d = descriptor(step.buffer, rank_);
-  d.seq = label.seq;
+  d.seq = ctx.label.seq;
   d.count = count;
+  d.digest = sig.dtype >= 0 ? shape_digest(sig.shape) : sig.layout;
   d.kind = static_cast<std::uint32_t>(kind);
-  d.dtype = kind == Kind::kAllReduce || kind == Kind::kReduceScatter ? static_cast<int>(dtype) : -1;
-  d.op = kind == Kind::kAllReduce || kind == Kind::kReduceScatter ? static_cast<int>(op) : -1;
-  d.root = root;
+  d.dtype = sig.dtype;
+  d.op = sig.op;
+  d.root = sig.root;
+  d.ndim = sig.shape.ndim();
+  std::copy_n(sig.shape.begin(), std::min(d.ndim, kDescribedDims), d.extents);
 }
 
 void ShmBackend::check_descriptors(const Step& step, OpLabel label) {
@@ -272,7 +292,7 @@ void ShmBackend::fail_waiting(OpLabel label, std::uint32_t target, StatusCode co
   }
   std::string message = concat(label.name, " #", label.seq, " on rank ", rank_, " failed: ", why,
                                "; not heard from ranks [", missing, "]");
-  abort(message.c_str());
+  abort(Status{code, message});
   throw Error(code, message);
 }
 
@@ -280,15 +300,20 @@ void ShmBackend::check_aborted(OpLabel label) {
   const std::uint32_t flag = header_->aborted.load(std::memory_order_acquire);
   if (flag == 0 || flag == kAbortClaimed) return;
   const int by = static_cast<int>(flag) - 1;
-  const StatusCode code = by == rank_ ? StatusCode::kAborted : StatusCode::kRemote;
+  // The peers learn the root cause: a rank that timed out makes every rank
+  // time out, one that saw a peer die or was told to abort makes them fail
+  // as Remote.
+  const StatusCode code =
+      by == rank_ ? StatusCode::kAborted : static_cast<StatusCode>(header_->abort_cause);
   fail(code, label.name, " #", label.seq, " on rank ", rank_, " failed: rank ", by,
        " aborted the communicator: ", header_->reason);
 }
 
-void ShmBackend::abort(const char* reason) noexcept {
+void ShmBackend::abort(const Status& cause) noexcept {
   std::uint32_t expected = 0;
   if (header_->aborted.compare_exchange_strong(expected, kAbortClaimed)) {
-    std::snprintf(header_->reason, kReasonBytes, "%s", reason);
+    std::snprintf(header_->reason, kReasonBytes, "%s", cause.message.c_str());
+    header_->abort_cause = static_cast<std::int32_t>(cause.code);
     header_->aborted.store(static_cast<std::uint32_t>(rank_ + 1), std::memory_order_release);
   }
   for (int q = 0; q < nranks_; ++q) futex_wake_all(&controls_[q].step);
@@ -308,19 +333,20 @@ void ShmBackend::all_reduce(const OpContext& ctx, const void* send, void* recv, 
   begin(label);
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes <= std::min(config_.one_shot_bytes, config_.slot_bytes))
-    all_reduce_one_shot(label, send, recv, count, dtype, op);
+    all_reduce_one_shot(ctx, send, recv, count, dtype, op);
   else
-    all_reduce_pipelined(label, send, recv, count, dtype, op);
+    all_reduce_pipelined(ctx, send, recv, count, dtype, op);
 }
 
 // Small messages: every rank publishes all its data and reduces everything;
 // one synchronisation in all.
-void ShmBackend::all_reduce_one_shot(OpLabel label, const void* send, void* recv,
+void ShmBackend::all_reduce_one_shot(const OpContext& ctx, const void* send, void* recv,
                                      std::size_t count, DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
   const Step step = next_step();
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes != 0) std::memcpy(slot(step.buffer, rank_), send, bytes);
-  publish_descriptor(step, label, Kind::kAllReduce, count, dtype, op, -1);
+  publish_descriptor(step, ctx, Kind::kAllReduce, count);
   sync(label);
   check_descriptors(step, label);
   if (count == 0) return;
@@ -332,8 +358,9 @@ void ShmBackend::all_reduce_one_shot(OpLabel label, const void* send, void* recv
 // reading every rank's slot (reduce-scatter), then copies the other parts
 // (all-gather). Every rank sums the sources in rank order, so all ranks get
 // bitwise-identical results.
-void ShmBackend::all_reduce_pipelined(OpLabel label, const void* send, void* recv,
+void ShmBackend::all_reduce_pipelined(const OpContext& ctx, const void* send, void* recv,
                                       std::size_t count, DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
   const std::size_t elem = dtype_size(dtype);
   const std::size_t chunk = config_.slot_bytes / elem;
   const char* in = static_cast<const char*>(send);
@@ -348,7 +375,7 @@ void ShmBackend::all_reduce_pipelined(OpLabel label, const void* send, void* rec
         std::memcpy(mine + part.begin * elem, in + (offset + part.begin) * elem, part.size() * elem);
     }
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, label, Kind::kAllReduce, count, dtype, op, -1);
+    if (first) publish_descriptor(step, ctx, Kind::kAllReduce, count);
     sync(label);
     if (first) check_descriptors(step, label);
 
@@ -382,7 +409,7 @@ void ShmBackend::all_gather(const OpContext& ctx, const void* send, void* recv, 
     const Step step = next_step();
     if (n != 0) std::memcpy(slot(step.buffer, rank_), in + offset, n);
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, label, Kind::kAllGather, bytes, DType::kUInt8, ReduceOp::kSum, -1);
+    if (first) publish_descriptor(step, ctx, Kind::kAllGather, bytes);
     sync(label);
     if (first) check_descriptors(step, label);
     for (int q = 0; q < nranks_ && n != 0; ++q) {
@@ -413,7 +440,7 @@ void ShmBackend::reduce_scatter(const OpContext& ctx, const void* send, void* re
       if (b != rank_)
         std::memcpy(mine + b * block * elem, in + (b * count + offset) * elem, n * elem);
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, label, Kind::kReduceScatter, count, dtype, op, -1);
+    if (first) publish_descriptor(step, ctx, Kind::kReduceScatter, count);
     sync(label);
     if (first) check_descriptors(step, label);
     if (n != 0) {
@@ -438,7 +465,7 @@ void ShmBackend::broadcast(const OpContext& ctx, const void* send, void* recv, s
     const Step step = next_step();
     if (rank_ == root && n != 0) std::memcpy(slot(step.buffer, root), in + offset, n);
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, label, Kind::kBroadcast, bytes, DType::kUInt8, ReduceOp::kSum, root);
+    if (first) publish_descriptor(step, ctx, Kind::kBroadcast, bytes);
     sync(label);
     if (first) check_descriptors(step, label);
     if (n != 0) {
@@ -453,7 +480,7 @@ void ShmBackend::barrier(const OpContext& ctx) {
   const OpLabel label = ctx.label;
   begin(label);
   const Step step = next_step();
-  publish_descriptor(step, label, Kind::kBarrier, 0, DType::kUInt8, ReduceOp::kSum, -1);
+  publish_descriptor(step, ctx, Kind::kBarrier, 0);
   sync(label);
   check_descriptors(step, label);
 }

@@ -46,7 +46,7 @@ class ShmBackend final : public Backend {
   void broadcast(const OpContext& ctx, const void* send, void* recv, std::size_t bytes,
                  int root) override;
   void barrier(const OpContext& ctx) override;
-  void abort(const char* reason) noexcept override;
+  void abort(const Status& cause) noexcept override;
 
  private:
   enum class Kind : std::uint32_t { kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kBarrier };
@@ -55,16 +55,16 @@ class ShmBackend final : public Backend {
     int buffer;
   };
 
-  void all_reduce_one_shot(OpLabel label, const void* send, void* recv, std::size_t count,
-                           DType dtype, ReduceOp op);
-  void all_reduce_pipelined(OpLabel label, const void* send, void* recv, std::size_t count,
+  void all_reduce_one_shot(const OpContext& ctx, const void* send, void* recv,
+                           std::size_t count, DType dtype, ReduceOp op);
+  void all_reduce_pipelined(const OpContext& ctx, const void* send, void* recv, std::size_t count,
                             DType dtype, ReduceOp op);
 
   // Starts an operation: sets its deadline, fails fast if aborted.
   void begin(OpLabel label);
   Step next_step() noexcept;
-  void publish_descriptor(const Step& step, OpLabel label, Kind kind, std::uint64_t count,
-                          DType dtype, ReduceOp op, int root) noexcept;
+  void publish_descriptor(const Step& step, const OpContext& ctx, Kind kind,
+                          std::uint64_t count) noexcept;
   void check_descriptors(const Step& step, OpLabel label);
   // Publishes this rank's step and waits until every rank published it.
   void sync(OpLabel label);
