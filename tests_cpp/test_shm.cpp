@@ -2,10 +2,13 @@
 // computed here in double precision from every rank's inputs.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
@@ -15,7 +18,9 @@
 
 #include "base/format.hpp"
 #include "comm/communicator.hpp"
+#include "comm/shm/shm_backend.hpp"
 #include "kernels/half.hpp"
+#include "rendezvous/store.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
 
@@ -530,4 +535,50 @@ TEST_CASE("all_reduce_multi reduces tensors of mixed dtypes in place", "[shm]") 
       failures[comm.rank()] = compare_reduced(mine[i], 0, ReduceOp::kSum, inputs[i], 0);
   });
   for (auto& f : failures) CHECK(f == "");
+}
+
+namespace {
+
+// Names of this process's shm segments now in /dev/shm.
+std::vector<std::string> own_segments() {
+  std::vector<std::string> names;
+  const std::string prefix = concat("concord-", getpid(), "-");
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(prefix, 0) == 0) names.push_back(file);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("a rank that cannot attach fails the set-up on every rank and leaves nothing behind",
+          "[shm][errors]") {
+  // Rank 2 sizes its slots differently (as a different CONCORD_SHM_CHUNK_BYTES
+  // would): it cannot attach rank 0's segment. The others used to return
+  // successfully, and a failing rank 0 left its segment in /dev/shm.
+  for (int odd_rank : {2, 0}) {
+    INFO("odd rank " << odd_rank);
+    const std::vector<std::string> before = own_segments();
+    StoreServer server("127.0.0.1", 0, "token");
+    std::vector<Status> statuses(3);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 3; ++rank)
+      threads.emplace_back([&, rank] {
+        statuses[rank] = status_of([&] {
+          StoreClient store("127.0.0.1", server.port(), "token", std::chrono::seconds(10));
+          shm::ShmConfig config;
+          config.timeout_s = 10.0;
+          config.slot_bytes = rank == odd_rank ? 128u << 10 : 64u << 10;
+          shm::ShmBackend backend(store, concat("attach", odd_rank), rank, 3, config);
+        });
+      });
+    for (auto& t : threads) t.join();
+    for (int rank = 0; rank < 3; ++rank) {
+      INFO("rank " << rank << ": " << statuses[rank].message);
+      CHECK(statuses[rank].code == StatusCode::kMismatch);
+      CHECK(contains(statuses[rank].message, "ranks disagree on the shm segment size"));
+    }
+    CHECK(own_segments() == before);
+  }
 }

@@ -39,7 +39,7 @@ Segment Segment::create(const std::string& name, std::size_t bytes) {
          " bytes: ", std::strerror(err));
   }
   try {
-    return Segment(name, map_fd(fd, bytes, name), bytes);
+    return Segment(name, map_fd(fd, bytes, name), bytes, /*owns_name=*/true);
   } catch (...) {
     shm_unlink(name.c_str());
     throw;
@@ -51,30 +51,36 @@ Segment Segment::open(const std::string& name, std::size_t bytes) {
   if (fd < 0)
     fail(StatusCode::kUnavailable, "cannot open shared memory segment ", name, ": ",
          std::strerror(errno));
-  return Segment(name, map_fd(fd, bytes, name), bytes);
+  return Segment(name, map_fd(fd, bytes, name), bytes, /*owns_name=*/false);
 }
 
-Segment::~Segment() {
+Segment::~Segment() { release(); }
+
+void Segment::release() noexcept {
+  unlink();
   if (data_ != nullptr) munmap(data_, size_);
 }
 
 Segment::Segment(Segment&& other) noexcept
     : name_(std::move(other.name_)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      owns_name_(std::exchange(other.owns_name_, false)) {}
 
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) munmap(data_, size_);
+    release();
     name_ = std::move(other.name_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    owns_name_ = std::exchange(other.owns_name_, false);
   }
   return *this;
 }
 
 void Segment::unlink() noexcept {
-  if (!name_.empty()) shm_unlink(name_.c_str());
+  if (owns_name_) shm_unlink(name_.c_str());
+  owns_name_ = false;
 }
 
 }  // namespace concord::shm

@@ -8,7 +8,8 @@ namespace concord::shm {
 
 class Segment {
  public:
-  // Creates a new zero-filled segment; fails if the name exists.
+  // Creates a new zero-filled segment; fails if the name exists. Its name
+  // is removed when it is destroyed, unless unlink() removed it before.
   static Segment create(const std::string& name, std::size_t bytes);
   static Segment open(const std::string& name, std::size_t bytes);
 
@@ -26,12 +27,14 @@ class Segment {
   std::size_t size() const noexcept { return size_; }
 
  private:
-  Segment(std::string name, void* data, std::size_t size)
-      : name_(std::move(name)), data_(data), size_(size) {}
+  Segment(std::string name, void* data, std::size_t size, bool owns_name)
+      : name_(std::move(name)), data_(data), size_(size), owns_name_(owns_name) {}
+  void release() noexcept;
 
   std::string name_;
   void* data_ = nullptr;
   std::size_t size_ = 0;
+  bool owns_name_ = false;  // created here and not yet unlinked
 };
 
 }  // namespace concord::shm

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -42,6 +43,8 @@ int spin_iterations(int nranks) {
 constexpr long kSleepSliceMicros = 2000;
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 constexpr std::uint32_t kAbortClaimed = 0xFFFFFFFFu;
+// Published instead of a segment name when rank 0 could not make one.
+constexpr const char* kNoSegment = "-";
 
 // [begin, end) of the elements rank q reduces within a chunk of n elements;
 // parts are cache-line multiples so ranks never write the same line.
@@ -146,19 +149,37 @@ ShmBackend::ShmBackend(StoreClient& store, const std::string& name, int rank, in
                        ShmConfig config)
     : config_(config), rank_(rank), nranks_(nranks), spin_iterations_(spin_iterations(nranks)),
       sources_(static_cast<std::size_t>(nranks)) {
-  const Layout layout = Layout::of(nranks, config.slot_bytes);
-  const auto timeout = std::chrono::duration<double>(config.timeout_s);
+  std::optional<Status> failure;
+  try {
+    attach(store, name);
+  } catch (const Error& e) {
+    failure = e.status();
+  }
+  agree_on_attaching(store, name, failure);
+}
+
+void ShmBackend::attach(StoreClient& store, const std::string& name) {
+  const Layout layout = Layout::of(nranks_, config_.slot_bytes);
   const std::string segment_key = name + "/shm/segment";
-  if (rank == 0) {
-    std::string segment_name = unique_segment_name();
-    segment_ = Segment::create(segment_name, layout.total);
-    auto* header = new (segment_.data()) Header{};
-    header->magic = kMagic;
-    header->nranks = static_cast<std::uint32_t>(nranks);
-    header->slot_bytes = config.slot_bytes;
-    store.set(segment_key, concat(segment_name, " ", layout.total));
+  if (rank_ == 0) {
+    try {
+      std::string segment_name = unique_segment_name();
+      segment_ = Segment::create(segment_name, layout.total);
+      auto* header = new (segment_.data()) Header{};
+      header->magic = kMagic;
+      header->nranks = static_cast<std::uint32_t>(nranks_);
+      header->slot_bytes = config_.slot_bytes;
+      store.set(segment_key, concat(segment_name, " ", layout.total));
+    } catch (const Error&) {
+      store.set(segment_key, kNoSegment);  // the others need not wait for it
+      throw;
+    }
   } else {
-    std::istringstream published(store.get(segment_key, timeout));
+    const std::string published_text =
+        store.get(segment_key, std::chrono::duration<double>(config_.timeout_s));
+    if (published_text == kNoSegment)
+      fail(StatusCode::kRemote, "rank 0 could not create the shm segment");
+    std::istringstream published(published_text);
     std::string segment_name;
     std::size_t total = 0;
     published >> segment_name >> total;
@@ -172,20 +193,40 @@ ShmBackend::ShmBackend(StoreClient& store, const std::string& name, int rank, in
   controls_ = reinterpret_cast<RankControl*>(base + layout.controls);
   descriptors_ = reinterpret_cast<Descriptor*>(base + layout.descriptors);
   data_ = base + layout.data;
-  if (header_->magic != kMagic || header_->nranks != static_cast<std::uint32_t>(nranks))
+  if (header_->magic != kMagic || header_->nranks != static_cast<std::uint32_t>(nranks_))
     fail(StatusCode::kMismatch, "shm segment of ", name, " was made for ", header_->nranks,
-         " ranks, this communicator has ", nranks);
-  controls_[rank].pid = static_cast<std::int32_t>(getpid());
+         " ranks, this communicator has ", nranks_);
+  controls_[rank_].pid = static_cast<std::int32_t>(getpid());
+}
 
-  // Once every rank has attached, the name is no longer needed: unlinking it
-  // now means nothing is left behind in /dev/shm whatever happens later.
-  const std::string attached_key = name + "/shm/attached";
-  const std::string ready_key = name + "/shm/all_attached";
-  if (store.add(attached_key, 1) == nranks) store.set(ready_key, "1");
-  if (rank == 0) {
-    store.wait({ready_key}, timeout);
-    segment_.unlink();
+// Every rank counts itself in, whether it attached or not (a failure counts
+// 2^32 and leaves its reason under a key), and waits for all to have
+// counted: then every rank either succeeds or fails, none returns while a
+// peer failed. Once every rank has attached the name is no longer needed:
+// rank 0 unlinks it, so nothing is left in /dev/shm whatever happens later;
+// on failure the Segment it created unlinks itself.
+void ShmBackend::agree_on_attaching(StoreClient& store, const std::string& name,
+                                    const std::optional<Status>& failure) {
+  constexpr std::int64_t kFailed = std::int64_t{1} << 32;
+  const std::string count_key = name + "/shm/attached";
+  const std::string done_key = name + "/shm/all_counted";
+  const std::string failure_key = name + "/shm/failure";
+  if (failure)
+    store.set(failure_key, concat(static_cast<int>(failure->code), " rank ", rank_, ": ",
+                                  failure->message));
+  if ((store.add(count_key, failure ? kFailed + 1 : 1) & (kFailed - 1)) == nranks_)
+    store.set(done_key, "1");
+  store.wait({done_key}, std::chrono::duration<double>(config_.timeout_s));
+  if (failure) throw_status(*failure);
+  if (store.add(count_key, 0) >= kFailed) {
+    std::istringstream reason(store.get(failure_key, std::chrono::duration<double>(0)));
+    int code = static_cast<int>(StatusCode::kRemote);
+    reason >> code;
+    std::string text;
+    std::getline(reason >> std::ws, text);
+    fail(static_cast<StatusCode>(code), "shm: ", text);
   }
+  if (rank_ == 0) segment_.unlink();
 }
 
 char* ShmBackend::slot(int buffer, int rank) const noexcept {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ class ShmBackend final : public Backend {
     int buffer;
   };
 
+  // Rank 0 creates the segment and publishes its name; the others attach.
+  void attach(StoreClient& store, const std::string& name);
+  // Makes every rank fail when one could not attach (see the .cpp).
+  void agree_on_attaching(StoreClient& store, const std::string& name,
+                          const std::optional<Status>& failure);
   void all_reduce_one_shot(const OpContext& ctx, const void* send, void* recv,
                            std::size_t count, DType dtype, ReduceOp op);
   void all_reduce_pipelined(const OpContext& ctx, const void* send, void* recv, std::size_t count,
