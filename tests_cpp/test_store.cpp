@@ -551,3 +551,34 @@ TEST_CASE("store: invalid arguments are refused before any I/O", "[store]") {
   CHECK(error_from([] { StoreServer("127.0.0.1", 70000, kToken); }).code() ==
         StatusCode::kInvalidArgument);
 }
+
+TEST_CASE("store: connections that never show the token are dropped, and cannot lock the job out",
+          "[store]") {
+  StoreLimits limits;
+  limits.handshake_timeout = Seconds(0.5);
+  limits.max_unauthenticated = 8;
+  StoreServer server("127.0.0.1", 0, kToken, limits);
+
+  // Far more idle connections than the cap (the job's ranks used to be
+  // locked out once the process ran out of descriptors).
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 300; ++i) idle.push_back(std::make_unique<RawConnection>(server.port()));
+  const auto start = std::chrono::steady_clock::now();
+  StoreClient client("127.0.0.1", server.port(), kToken, kConnect);
+  client.set("k", "v");
+  CHECK(client.get("k", Seconds(1)) == "v");
+  CHECK(seconds_since(start) < 2.0);
+
+  // Every idle connection is closed by now: the oldest to make room, the
+  // rest when their handshake time ran out.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  int closed = 0;
+  for (auto& raw : idle) {
+    char byte;
+    closed += ::recv(raw->fd, &byte, 1, MSG_DONTWAIT) == 0;  // EOF, not "nothing yet"
+  }
+  CHECK(closed == 300);
+  // The authenticated client is not subject to the handshake deadline.
+  client.set("k2", "v2");
+  CHECK(client.get("k2", Seconds(1)) == "v2");
+}

@@ -17,6 +17,12 @@ namespace concord {
 struct StoreLimits {
   std::size_t max_key_bytes = 4096;
   std::size_t max_value_bytes = 64u << 20;
+  // A connection must show the job token this soon after it was accepted,
+  // and at most max_unauthenticated may be waiting to (the oldest is dropped
+  // for a new one): idle or hostile connections can neither pile up nor lock
+  // the job's ranks out.
+  std::chrono::duration<double> handshake_timeout = std::chrono::seconds(10);
+  std::size_t max_unauthenticated = 64;
 };
 
 class StoreServer {

@@ -74,7 +74,8 @@ struct StoreServer::Impl {
 
   struct Conn {
     Conn(int socket, const StoreLimits& limits)
-        : fd(socket), decoder(request_checks(limits, &state)) {}
+        : fd(socket), decoder(request_checks(limits, &state)),
+          deadline(wire::deadline_after(limits.handshake_timeout)) {}
     // The decoder's checks point at `state`.
     Conn(const Conn&) = delete;
     Conn& operator=(const Conn&) = delete;
@@ -89,6 +90,7 @@ struct StoreServer::Impl {
     Op wait_op = Op::kGet;
     std::vector<std::string> wait_keys;
     std::size_t missing = 0;
+    // kHello: when the handshake must be done; kWaiting: when the wait ends.
     Deadline deadline{};
   };
 
@@ -121,6 +123,9 @@ struct StoreServer::Impl {
   void key_created(const std::string& key);
   void key_removed(const std::string& key);
   void expire_waiters();
+  void expire_handshakes();
+  // Makes room for one more connection that has not shown the token.
+  void limit_unauthenticated();
   void reply(Conn& conn, const Frame& frame);
   void flush(Conn& conn);
   void drop(std::uint64_t id, Conn& conn);
@@ -249,6 +254,7 @@ bool StoreServer::Impl::loop_once() {
   if (fds[0].revents != 0) return false;
 
   expire_waiters();
+  expire_handshakes();
   if (fds[1].revents != 0) accept_all();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (fds[i + 2].revents != 0) serve(ids[i], fds[i + 2].revents);
@@ -280,8 +286,8 @@ int StoreServer::Impl::next_timeout_ms() const {
   std::optional<Deadline> nearest;
   if (Clock::now() < accept_paused_until) nearest = accept_paused_until;
   for (const auto& [id, conn] : conns) {
-    if (conn.state == State::kWaiting && (!nearest || conn.deadline < *nearest))
-      nearest = conn.deadline;
+    const bool timed = conn.state == State::kWaiting || conn.state == State::kHello;
+    if (timed && (!nearest || conn.deadline < *nearest)) nearest = conn.deadline;
   }
   return nearest ? wire::poll_timeout_ms(*nearest) : -1;
 }
@@ -297,6 +303,7 @@ void StoreServer::Impl::accept_all() {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    limit_unauthenticated();
     conns.try_emplace(next_id++, fd, limits);
   }
 }
@@ -479,6 +486,28 @@ void StoreServer::Impl::expire_waiters() {
     }
     finish_wait(id, conn, std::move(timed_out));
   }
+}
+
+void StoreServer::Impl::expire_handshakes() {
+  const Deadline now = Clock::now();
+  for (auto it = conns.begin(); it != conns.end();) {
+    auto next = std::next(it);
+    if (it->second.state == State::kHello && it->second.deadline <= now)
+      drop(it->first, it->second);
+    it = next;
+  }
+}
+
+void StoreServer::Impl::limit_unauthenticated() {
+  std::size_t waiting = 0;
+  auto oldest = conns.end();
+  for (auto it = conns.begin(); it != conns.end(); ++it) {
+    if (it->second.state != State::kHello) continue;
+    ++waiting;
+    if (oldest == conns.end()) oldest = it;  // ids grow with time: the first is the oldest
+  }
+  if (waiting >= std::max<std::size_t>(limits.max_unauthenticated, 1))
+    drop(oldest->first, oldest->second);
 }
 
 // Queues the reply and sends what the socket takes now; the poll loop sends the rest.
