@@ -310,7 +310,10 @@ concord_status concord_comm_split(concord_comm_t comm, int color, int key, conco
   require_out(out, "out");
   *out = nullptr;
   auto child = require(comm, "comm").comm().split(color, key);
-  if (child) *out = new concord_comm{concord::World{nullptr, std::move(child)}};
+  if (!child) return CONCORD_OK;
+  concord::World world;
+  world.comm = std::move(child);
+  *out = new concord_comm{std::move(world)};
   CONCORD_API_END
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/status.hpp"
 #include "rendezvous/bootstrap.hpp"
+#include "env_guard.hpp"
 
 using concord::BootstrapArgs;
 using concord::BootstrapConfig;
@@ -39,32 +40,20 @@ const std::vector<const char*> kVariables{
     "SLURM_PROCID",
     "SLURM_NTASKS",
     "SLURM_LOCALID",
+    "LOCAL_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MPI_LOCALNRANKS",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_JOB_NUM_NODES",
+    "TORCHELASTIC_RUN_ID",
 };
 
 // Clears every variable bootstrap reads, and restores them afterwards.
-class CleanEnv {
+class CleanEnv : public concord::testing::EnvGuard {
  public:
   CleanEnv() {
-    for (const char* name : kVariables) {
-      if (const char* value = std::getenv(name)) saved_[name] = value;
-      ::unsetenv(name);
-    }
+    for (const char* name : kVariables) unset(name);
   }
-  ~CleanEnv() {
-    for (const char* name : kVariables) {
-      auto it = saved_.find(name);
-      if (it == saved_.end()) {
-        ::unsetenv(name);
-      } else {
-        ::setenv(name, it->second.c_str(), 1);
-      }
-    }
-  }
-  CleanEnv(const CleanEnv&) = delete;
-  CleanEnv& operator=(const CleanEnv&) = delete;
-
- private:
-  std::map<std::string, std::string> saved_;
 };
 
 void set(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
@@ -286,4 +275,56 @@ TEST_CASE("bootstrap: malformed or half-set variables are refused", "[bootstrap]
   ::unsetenv("WORLD_SIZE");
   set("SLURM_PROCID", "1");
   CHECK(error_message() == "environment variable SLURM_PROCID is set but SLURM_NTASKS is not");
+}
+
+TEST_CASE("bootstrap: explicit rank and world size win over a launcher's local rank",
+          "[bootstrap]") {
+  // LOCAL_RANK=3 beside cc.init(rank=0, world_size=1) used to fail.
+  CleanEnv env;
+  set("LOCAL_RANK", "3");
+  BootstrapArgs args;
+  args.rank = 0;
+  args.world_size = 1;
+  BootstrapConfig config = resolve_bootstrap(args);
+  CHECK(config.local_rank == 0);
+  CHECK(config.world_size == 1);
+  // From the launcher that also gave rank and world size, it is an error.
+  set("RANK", "0");
+  set("WORLD_SIZE", "2");
+  CHECK(error_message() == "local rank 3 outside [0, 2)");
+}
+
+TEST_CASE("bootstrap: under torchrun, MASTER_PORT is torchrun's own", "[bootstrap]") {
+  CleanEnv env;
+  set("RANK", "1");
+  set("WORLD_SIZE", "2");
+  set("MASTER_PORT", "29511");
+  CHECK(resolve_bootstrap({}).port_given);
+  CHECK(resolve_bootstrap({}).master_port == 29511);
+  set("TORCHELASTIC_RUN_ID", "job-7");
+  CHECK_FALSE(resolve_bootstrap({}).port_given);
+  set("CONCORD_MASTER_PORT", "29600");
+  CHECK(resolve_bootstrap({}).port_given);
+  CHECK(resolve_bootstrap({}).master_port == 29600);
+  ::unsetenv("CONCORD_MASTER_PORT");
+  BootstrapArgs args;
+  args.master_port = 29700;
+  CHECK(resolve_bootstrap(args).port_given);
+}
+
+TEST_CASE("bootstrap: launchers that say every rank is on this host", "[bootstrap]") {
+  const std::vector<std::pair<const char*, const char*>> says_so{
+      {"LOCAL_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"MPI_LOCALNRANKS", "4"},
+      {"SLURM_STEP_NUM_NODES", "1"}, {"SLURM_JOB_NUM_NODES", "1"}};
+  for (const auto& [name, value] : says_so) {
+    CleanEnv env;
+    INFO(name);
+    set("RANK", "2");
+    set("WORLD_SIZE", "4");
+    CHECK_FALSE(resolve_bootstrap({}).one_host);
+    set(name, value);
+    CHECK(resolve_bootstrap({}).one_host);
+    set(name, std::string(value) == "1" ? "2" : "2");  // two hosts' worth
+    CHECK_FALSE(resolve_bootstrap({}).one_host);
+  }
 }

@@ -21,11 +21,13 @@
 #include "comm/shm/shm_backend.hpp"
 #include "kernels/half.hpp"
 #include "rendezvous/store.hpp"
+#include "env_guard.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
 
 using namespace concord;
 using concord::testing::contains;
+using concord::testing::EnvGuard;
 using concord::testing::spawn_ranks;
 using concord::testing::status_of;
 
@@ -140,19 +142,14 @@ std::string compare_reduced(const Buffer& out, std::size_t offset, ReduceOp op,
   return "";
 }
 
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
 
 }  // namespace
 
 TEST_CASE("all_reduce matches a double-precision reference for every dtype and op", "[shm]") {
   const std::size_t sizes[] = {0, 1, 7, 1000, 70001};
   const char* chunk = GENERATE("4096", "default");
-  std::unique_ptr<ScopedEnv> env;
-  if (std::string(chunk) != "default") env = std::make_unique<ScopedEnv>("CONCORD_SHM_CHUNK_BYTES", chunk);
+  EnvGuard env;
+  if (std::string(chunk) != "default") env.set("CONCORD_SHM_CHUNK_BYTES", chunk);
   for (int nranks = 1; nranks <= 4; ++nranks) {
     std::vector<std::string> failures(nranks);
     spawn_ranks(nranks, [&](Communicator& comm) {
@@ -186,7 +183,8 @@ TEST_CASE("all_reduce matches a double-precision reference for every dtype and o
 }
 
 TEST_CASE("large all_reduce pipelines through many chunks and ranks agree bitwise", "[shm]") {
-  ScopedEnv env("CONCORD_SHM_CHUNK_BYTES", "65536");
+  EnvGuard env;
+  env.set("CONCORD_SHM_CHUNK_BYTES", "65536");
   const std::size_t n = 1000003;
   for (int nranks : {2, 3, 4}) {
     std::vector<Buffer> outputs(nranks, Buffer(DType::kFloat32, 0));
@@ -208,8 +206,8 @@ TEST_CASE("large all_reduce pipelines through many chunks and ranks agree bitwis
 
 TEST_CASE("all_gather, reduce_scatter and broadcast match references", "[shm]") {
   const char* chunk = GENERATE("256", "default");
-  std::unique_ptr<ScopedEnv> env;
-  if (std::string(chunk) != "default") env = std::make_unique<ScopedEnv>("CONCORD_SHM_CHUNK_BYTES", chunk);
+  EnvGuard env;
+  if (std::string(chunk) != "default") env.set("CONCORD_SHM_CHUNK_BYTES", chunk);
   const std::size_t sizes[] = {0, 1, 7, 1000, 30011};
   for (int nranks = 1; nranks <= 4; ++nranks) {
     std::vector<std::string> failures(nranks);
@@ -255,7 +253,8 @@ TEST_CASE("all_gather, reduce_scatter and broadcast match references", "[shm]") 
 }
 
 TEST_CASE("asynchronous collectives complete in issue order", "[shm]") {
-  ScopedEnv env("CONCORD_SHM_CHUNK_BYTES", "4096");
+  EnvGuard env;
+  env.set("CONCORD_SHM_CHUNK_BYTES", "4096");
   const int nranks = 3;
   std::vector<std::string> failures(nranks);
   spawn_ranks(nranks, [&](Communicator& comm) {

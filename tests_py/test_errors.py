@@ -269,8 +269,8 @@ def test_store_refuses_an_oversized_value():
 
 
 def test_store_get_times_out():
-    with _capi.StoreServer("127.0.0.1", 0, "") as server:
-        with _capi.Store("127.0.0.1", server.port, "", 5.0) as store:
+    with _capi.StoreServer("127.0.0.1", 0, "token") as server:
+        with _capi.Store("127.0.0.1", server.port, "token", 5.0) as store:
             start = time.monotonic()
             with pytest.raises(CollectiveTimeoutError) as info:
                 store.get("never-set", timeout=0.3)

@@ -10,6 +10,7 @@
 #include "comm/backend_choice.hpp"
 #include "comm/communicator.hpp"
 #include "rendezvous/bootstrap.hpp"
+#include "rendezvous/job_file.hpp"
 #include "rendezvous/store.hpp"
 
 namespace concord {
@@ -22,13 +23,21 @@ struct WorldOptions {
 
 struct World {
   std::unique_ptr<StoreServer> server;  // when this process serves the store; outlives comm
+  std::unique_ptr<JobFile> job_file;    // where this process published the store
   std::unique_ptr<Communicator> comm;
 };
 
 // The world communicator. Rank and world size come from the options, then
-// the launcher's environment (rendezvous/bootstrap.hpp); a world of one
-// meets on a private store on a free loopback port, otherwise rank 0
-// serves the store unless the launcher does (CONCORD_STORE_SERVER).
+// the launcher's environment (rendezvous/bootstrap.hpp). The store is
+// never served without a secret:
+// - a world of one meets on a private store on a free loopback port;
+// - given a job token and a store port (explicitly, CONCORD_JOB_TOKEN and
+//   CONCORD_MASTER_PORT, or MASTER_PORT outside torchrun), rank 0 serves
+//   there, unless the launcher does (CONCORD_STORE_SERVER=launcher);
+// - otherwise, when the launcher says every rank is on this host, rank 0
+//   serves on a free loopback port with a fresh secret (or the given token)
+//   and the ranks meet through the job's file (rendezvous/job_file.hpp);
+// - otherwise InvalidArgument says what to set.
 World init_world(const WorldOptions& options);
 
 // A communicator of `size` ranks meeting through `store` under key prefix

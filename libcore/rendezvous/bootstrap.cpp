@@ -66,16 +66,31 @@ std::optional<int> local_rank_of(const Convention& convention) {
   return std::nullopt;
 }
 
-// The chosen convention's local rank, else the first one any convention sets.
-int resolve_local_rank(const Convention* chosen) {
+// The chosen convention's local rank, else the first one any convention
+// sets that fits the world size, else 0.
+int resolve_local_rank(const Convention* chosen, int world_size) {
   if (chosen != nullptr) {
     if (auto value = local_rank_of(*chosen)) return *value;
   }
   for (const auto& convention : kConventions) {
-    if (auto value = local_rank_of(convention)) return *value;
+    if (auto value = local_rank_of(convention); value && *value >= 0 && *value < world_size)
+      return *value;
   }
   return 0;
 }
+
+// Launchers that say every rank of the job is on this host: the local world
+// size equals the world size, or the job was placed on one node.
+bool launcher_says_one_host(int world_size) {
+  for (const char* name : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (env_int(name) == world_size) return true;
+  for (const char* name : {"SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES"})
+    if (env_int(name) == 1) return true;
+  return false;
+}
+
+// torchrun's agent serves its own store on MASTER_PORT.
+bool under_torchrun() { return is_set("TORCHELASTIC_RUN_ID"); }
 
 void resolve_rank_and_world(const BootstrapArgs& args, BootstrapConfig& config) {
   const Convention* chosen = find_convention(!args.rank, !args.world_size);
@@ -89,7 +104,8 @@ void resolve_rank_and_world(const BootstrapArgs& args, BootstrapConfig& config) 
   } else if (chosen != nullptr) {
     config.world_size = required(chosen->world_size, chosen->rank);
   }
-  config.local_rank = resolve_local_rank(chosen);
+  config.local_rank = resolve_local_rank(chosen, config.world_size);
+  config.one_host = launcher_says_one_host(config.world_size);
   if (chosen != nullptr) {
     config.source = chosen->name;
   } else {
@@ -104,13 +120,11 @@ void resolve_store(const BootstrapArgs& args, BootstrapConfig& config) {
     config.master_addr =
         env::get("CONCORD_MASTER_ADDR").value_or(env::get("MASTER_ADDR").value_or(kDefaultAddr));
   }
-  if (args.master_port) {
-    config.master_port = *args.master_port;
-  } else if (auto port = env_int("CONCORD_MASTER_PORT")) {
-    config.master_port = *port;
-  } else {
-    config.master_port = env_int("MASTER_PORT").value_or(kDefaultPort);
-  }
+  std::optional<int> port = args.master_port;
+  if (!port) port = env_int("CONCORD_MASTER_PORT");
+  if (!port && !under_torchrun()) port = env_int("MASTER_PORT");
+  config.port_given = port.has_value();
+  config.master_port = port.value_or(kDefaultPort);
   config.token = args.token ? *args.token : env::get("CONCORD_JOB_TOKEN").value_or("");
 
   auto server = env::get("CONCORD_STORE_SERVER").value_or("rank0");

@@ -28,7 +28,9 @@ struct StoreLimits {
 class StoreServer {
  public:
   // Binds host:port (port 0 picks a free port) and serves on a background
-  // thread until destroyed. Throws Unavailable when the address cannot be bound.
+  // thread until destroyed, to clients that present `token`. Throws
+  // InvalidArgument for an empty token (a store never serves without a
+  // secret), Unavailable when the address cannot be bound.
   StoreServer(const std::string& host, int port, std::string token, StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;

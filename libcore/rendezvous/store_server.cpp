@@ -372,7 +372,7 @@ void StoreServer::Impl::handle(std::uint64_t id, Conn& conn, Frame& frame) {
 }
 
 void StoreServer::Impl::handle_hello(Conn& conn, const Frame& frame) {
-  if (!token.empty() && !tokens_equal(token, frame.fields[0])) {
+  if (!tokens_equal(token, frame.fields[0])) {
     conn.state = State::kClosing;
     reply(conn, error_frame(StatusCode::kInvalidArgument, kWrongToken));
   } else {
@@ -543,6 +543,8 @@ void StoreServer::Impl::drop(std::uint64_t id, Conn& conn) {
 
 StoreServer::StoreServer(const std::string& host, int port, std::string token, StoreLimits limits)
     : impl_(std::make_unique<Impl>(std::move(token), limits)) {
+  if (impl_->token.empty())
+    invalid_argument("the store is never served without a job token: give it a secret");
   impl_->bind(host, port);
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }

@@ -82,7 +82,8 @@ typedef struct concord_store_server* concord_store_server_t;
 typedef struct concord_store* concord_store_t;
 
 /* Serves a store on host:port (port 0: any free port). Only clients that
- * present `token` are served; token may be "" (no check). */
+ * present `token` are served; an empty or NULL token is refused
+ * (CONCORD_ERR_INVALID_ARGUMENT): a store never serves without a secret. */
 CONCORD_API concord_status concord_store_server_create(const char* host, int port,
                                                        const char* token,
                                                        concord_store_server_t* out);
