@@ -35,6 +35,26 @@ struct concord_work {
 
 namespace concord::cabi {
 
+// The C enums are libcore's, value for value: a status or an op crosses
+// the ABI as its number.
+#define CONCORD_SAME_CODE(c, cpp) static_assert(static_cast<int>(c) == static_cast<int>(cpp), #c)
+CONCORD_SAME_CODE(CONCORD_OK, StatusCode::kOk);
+CONCORD_SAME_CODE(CONCORD_ERR_INVALID_ARGUMENT, StatusCode::kInvalidArgument);
+CONCORD_SAME_CODE(CONCORD_ERR_UNAVAILABLE, StatusCode::kUnavailable);
+CONCORD_SAME_CODE(CONCORD_ERR_TIMEOUT, StatusCode::kTimeout);
+CONCORD_SAME_CODE(CONCORD_ERR_REMOTE, StatusCode::kRemote);
+CONCORD_SAME_CODE(CONCORD_ERR_MISMATCH, StatusCode::kMismatch);
+CONCORD_SAME_CODE(CONCORD_ERR_ABORTED, StatusCode::kAborted);
+CONCORD_SAME_CODE(CONCORD_ERR_OUT_OF_MEMORY, StatusCode::kOutOfMemory);
+CONCORD_SAME_CODE(CONCORD_ERR_INTERNAL, StatusCode::kInternal);
+CONCORD_SAME_CODE(CONCORD_ERR_INTERRUPTED, StatusCode::kInterrupted);
+CONCORD_SAME_CODE(CONCORD_SUM, ReduceOp::kSum);
+CONCORD_SAME_CODE(CONCORD_PROD, ReduceOp::kProd);
+CONCORD_SAME_CODE(CONCORD_MAX, ReduceOp::kMax);
+CONCORD_SAME_CODE(CONCORD_MIN, ReduceOp::kMin);
+CONCORD_SAME_CODE(CONCORD_MEAN, ReduceOp::kMean);
+#undef CONCORD_SAME_CODE
+
 // Records the calling thread's last error and returns its status.
 concord_status record(StatusCode code, const char* message) noexcept;
 

@@ -10,6 +10,7 @@
 #include "abi_support.hpp"
 #include "base/env.hpp"
 #include "base/format.hpp"
+#include "base/interrupt.hpp"
 #include "base/tensor_view.hpp"
 #include "comm/communicator.hpp"
 #include "plugin/cuda_plugin.hpp"
@@ -143,11 +144,18 @@ const char* concord_status_string(concord_status status) {
     case CONCORD_ERR_ABORTED: return "communicator aborted";
     case CONCORD_ERR_OUT_OF_MEMORY: return "out of memory";
     case CONCORD_ERR_INTERNAL: return "internal error";
+    case CONCORD_ERR_INTERRUPTED: return "interrupted";
   }
   return "unknown status";
 }
 
 const char* concord_last_error(void) { return concord::cabi::last_error.c_str(); }
+
+concord_status concord_set_interrupt_check(concord_interrupt_check check, void* user) {
+  CONCORD_API_BEGIN
+  concord::set_interrupt_check(check, user);
+  CONCORD_API_END
+}
 
 // ---- store -------------------------------------------------------------------
 
@@ -426,9 +434,9 @@ concord_status concord_work_wait(concord_work_t work, double timeout_s) {
   CONCORD_API_BEGIN
   auto& w = require(work, "work");
   if (std::isnan(timeout_s)) concord::invalid_argument("timeout_s is nan");
-  if (timeout_s < 0)
-    w.work->wait();  // the collective ends within its communicator's own timeout
-  else if (!w.work->wait_for(timeout_s))
+  // A negative timeout waits for the collective itself, which ends within
+  // its communicator's own timeout.
+  if (!w.work->wait_interruptibly("wait", timeout_s < 0 ? INFINITY : timeout_s))
     concord::fail(StatusCode::kTimeout, "work did not finish within ", timeout_s, " s");
   if (const concord::Status status = w.work->status(); !status.ok())
     return record(status.code, status.message.c_str());

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "base/format.hpp"
+#include "base/interrupt.hpp"
 #include "comm/communicator.hpp"
 #include "comm/shm/shm_backend.hpp"
 #include "kernels/half.hpp"
@@ -580,4 +582,73 @@ TEST_CASE("a rank that cannot attach fails the set-up on every rank and leaves n
     }
     CHECK(own_segments() == before);
   }
+}
+
+namespace {
+
+// An interrupt check that answers what `flag` says (a Ctrl-C seen by the
+// front end), installed for the calling thread for the scope of a test.
+struct InterruptFlag {
+  std::atomic<bool> raised{false};
+  InterruptFlag() {
+    set_interrupt_check([](void* self) { return int(static_cast<InterruptFlag*>(self)->raised.load()); },
+                        this);
+  }
+  ~InterruptFlag() { set_interrupt_check(nullptr, nullptr); }
+};
+
+}  // namespace
+
+TEST_CASE("an interrupt ends a blocked collective at once and its peers learn", "[shm][errors]") {
+  // It used to take effect only when the collective timed out.
+  for (bool async : {false, true}) {
+    INFO((async ? "waiting on a Work" : "a blocking collective"));
+    std::vector<Status> statuses(2);
+    std::vector<double> seconds(2);
+    spawn_ranks(2, [&](Communicator& comm) {
+      float x = 1;
+      const TensorView v = TensorView::flat(&x, 1, DType::kFloat32);
+      const auto start = std::chrono::steady_clock::now();
+      if (comm.rank() == 0) {
+        InterruptFlag flag;
+        std::thread ctrl_c([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          flag.raised = true;
+        });
+        statuses[0] = status_of([&] {
+          if (async)
+            comm.all_reduce(v, v, ReduceOp::kSum, true)->wait_interruptibly("wait");
+          else
+            comm.all_reduce(v, v, ReduceOp::kSum, false);
+        });
+        ctrl_c.join();
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        statuses[1] = status_of([&] { comm.all_reduce(v, v, ReduceOp::kSum, false); });
+      }
+      seconds[comm.rank()] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }, 30.0);
+    CHECK(statuses[0].code == StatusCode::kInterrupted);
+    CHECK(seconds[0] < 1.5);
+    INFO(statuses[1].message);
+    CHECK(statuses[1].code == StatusCode::kRemote);
+    CHECK(seconds[1] < 2.0);
+  }
+}
+
+TEST_CASE("an interrupt check applies to the thread that installed it only", "[shm]") {
+  InterruptFlag flag;
+  flag.raised = true;
+  CHECK(interrupt_requested());
+  bool elsewhere = true;
+  std::thread other([&] { elsewhere = interrupt_requested(); });
+  other.join();
+  CHECK_FALSE(elsewhere);
+  spawn_ranks(2, [](Communicator& comm) {  // ranks on other threads: not interrupted
+    float x = 1;
+    comm.all_reduce(TensorView::flat(&x, 1, DType::kFloat32), TensorView::flat(&x, 1, DType::kFloat32),
+                    ReduceOp::kSum, false);
+    CHECK(x == 2.0f);
+  });
 }

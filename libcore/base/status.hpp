@@ -18,6 +18,7 @@ enum class StatusCode : int {
   kAborted = 6,   // this communicator was aborted locally
   kOutOfMemory = 7,
   kInternal = 8,
+  kInterrupted = 9,  // a blocking call was interrupted (Ctrl-C)
 };
 
 // A status as a value: what a finished Work carries.

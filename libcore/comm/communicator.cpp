@@ -156,7 +156,10 @@ std::shared_ptr<Work> Communicator::run(const char* op, const Device& device, bo
   OpContext ctx{OpLabel{op, next_seq_++}, std::move(signature)};
   if (backend.completion() == Completion::kOnDevice) {
     ctx.stream = stream;
-    if (async) ctx.work = std::make_shared<Work>();
+    if (async) {
+      ctx.work = std::make_shared<Work>();
+      ctx.work->set_canceller([this] { abort(); });
+    }
     guarded([&] { body(backend, ctx); });
     return ctx.work;
   }
@@ -165,6 +168,10 @@ std::shared_ptr<Work> Communicator::run(const char* op, const Device& device, bo
     return nullptr;
   }
   auto work = std::make_shared<Work>();
+  // A wait given up (interrupted) aborts the communicator: the collective
+  // then ends at once here and on the peers. Every Work has ended before
+  // the communicator is destroyed (its destructor drains them).
+  work->set_canceller([this] { abort(); });
   if (!progress_) progress_ = std::make_unique<ProgressThread>();
   progress_->submit([this, ctx = std::move(ctx), &backend, body = std::move(body), work] {
     try {
@@ -180,7 +187,7 @@ std::shared_ptr<Work> Communicator::run(const char* op, const Device& device, bo
   if (async) return work;
   // A blocking call behind pending asynchronous ones: each of them ends
   // within its own timeout, so this wait is bounded too.
-  work->wait();
+  work->wait_interruptibly(op);
   if (const Status status = work->status(); !status.ok()) throw_status(status);
   return nullptr;
 }

@@ -429,7 +429,7 @@ void GradientSynchronizer::wait(plugin::Stream stream) {
 void GradientSynchronizer::finish(std::size_t bucket) {
   for (const auto& work : {buckets_[bucket].work, buckets_[bucket].direct_work}) {
     if (!work) continue;
-    work->wait();
+    work->wait_interruptibly("GradientSynchronizer::wait");
     if (const Status status = work->status(); !status.ok())
       fail(status.code, "GradientSynchronizer::wait: bucket ", bucket, ": ", status.message);
   }

@@ -17,6 +17,7 @@
 #include "base/digest.hpp"
 #include "base/env.hpp"
 #include "base/format.hpp"
+#include "base/interrupt.hpp"
 
 namespace concord {
 namespace {
@@ -133,6 +134,7 @@ StoreEndpoint JobFile::read(double timeout_s) const {
     // A file left by a launch whose rank 0 is gone is stale: wait for this one's.
     if (auto published = load(path_); published && process_alive(published->pid))
       return published->endpoint;
+    throw_if_interrupted("waiting for rank 0's store");
     if (SteadyClock::now() >= deadline)
       fail(StatusCode::kTimeout, "timed out after ", timeout_s, " s waiting for rank 0 to publish ",
            "its store in ", path_,

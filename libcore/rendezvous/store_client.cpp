@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "base/format.hpp"
+#include "base/interrupt.hpp"
 #include "rendezvous/store.hpp"
 #include "rendezvous/store_wire.hpp"
 
@@ -162,6 +163,7 @@ void StoreClient::Impl::connect() {
     close_fd(fd);
     Deadline now = Clock::now();
     if (now >= deadline) break;
+    throw_if_interrupted("connecting to the store");
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min<Clock::duration>(backoff * 2, kMaxBackoff);
   }
@@ -198,6 +200,10 @@ bool StoreClient::Impl::handshake(Deadline connect_deadline, std::string& error)
     invalid_argument(reply.fields.empty() ? "store refused the connection" : reply.fields[0]);
   }
   if (result == IoResult::kOk && reply.op == Op::kOk) return true;
+  if (result == IoResult::kInterrupted) {
+    close_fd(fd);
+    fail(StatusCode::kInterrupted, "connecting to the store: interrupted");
+  }
   if (result == IoResult::kTimeout) error = "the store accepted but did not answer the handshake";
   if (result == IoResult::kClosed) error = "the store closed the connection during the handshake";
   if (result == IoResult::kOk)
@@ -223,6 +229,9 @@ Frame StoreClient::Impl::call(const Frame& request, Deadline deadline, Message&&
   switch (result) {
     case IoResult::kOk: break;
     case IoResult::kTimeout: close_fd(fd); fail(StatusCode::kTimeout, timeout_message());
+    case IoResult::kInterrupted:
+      close_fd(fd);
+      fail(StatusCode::kInterrupted, "a store ", wire::op_name(request.op), ": interrupted");
     case IoResult::kClosed: lost();
     case IoResult::kBadFrame:
       close_fd(fd);

@@ -11,6 +11,7 @@
 
 #include "base/deadline.hpp"
 #include "base/format.hpp"
+#include "base/interrupt.hpp"
 
 namespace concord::wire {
 namespace {
@@ -46,13 +47,15 @@ constexpr std::size_t kKeptBufferCapacity = 1u << 20;
 IoResult wait_ready(int fd, short events, Deadline deadline) {
   for (;;) {
     pollfd pfd{fd, events, 0};
-    int rc = ::poll(&pfd, 1, poll_timeout_ms(deadline));
+    const Deadline slice = std::min(deadline, Clock::now() + kInterruptPeriod);
+    int rc = ::poll(&pfd, 1, poll_timeout_ms(slice));
     if (rc < 0) {
       if (errno == EINTR) continue;
       return IoResult::kClosed;
     }
     if (rc == 0) {
       if (Clock::now() >= deadline) return IoResult::kTimeout;
+      if (interrupt_requested()) return IoResult::kInterrupted;
       continue;
     }
     if (pfd.revents & POLLNVAL) return IoResult::kClosed;

@@ -128,11 +128,13 @@ using Deadline = Clock::time_point;
 Deadline deadline_after(std::chrono::duration<double> seconds);
 
 // kClosed covers EOF and socket errors; kBadFrame is a frame the decoder
-// refused or could not parse (read_frame only).
-enum class IoResult { kOk, kTimeout, kClosed, kBadFrame };
+// refused or could not parse (read_frame only); kInterrupted: the caller
+// asked to stop (base/interrupt.hpp).
+enum class IoResult { kOk, kTimeout, kClosed, kBadFrame, kInterrupted };
 
 // Blocking I/O on a non-blocking socket: poll() until the deadline, retry on
-// EINTR and partial transfers.
+// EINTR and partial transfers; every kInterruptPeriod it asks whether the
+// caller wants to stop.
 IoResult send_all(int fd, std::string_view data, Deadline deadline);
 // Reads what is available (at least one byte) into buffer[0, capacity).
 IoResult recv_some(int fd, char* buffer, std::size_t capacity, std::size_t& received,

@@ -59,12 +59,24 @@ typedef enum concord_status {
   CONCORD_ERR_MISMATCH = 5, /* ranks disagree on a collective */
   CONCORD_ERR_ABORTED = 6,  /* this communicator was aborted */
   CONCORD_ERR_OUT_OF_MEMORY = 7,
-  CONCORD_ERR_INTERNAL = 8
+  CONCORD_ERR_INTERNAL = 8,
+  CONCORD_ERR_INTERRUPTED = 9 /* the interrupt check asked a blocking call to stop */
 } concord_status;
 
 CONCORD_API const char* concord_status_string(concord_status status);
 /* Detailed message of the calling thread's last failure; "" if none. */
 CONCORD_API const char* concord_last_error(void);
+
+/* ---- interrupting blocking calls ---------------------------------------- */
+
+/* Installs `check` for the calling thread (NULL removes it): every blocking
+ * call on that thread (collectives, waits, the rendezvous of init and split)
+ * calls check(user) about every 50 ms while it waits, and when it returns
+ * nonzero gives up with CONCORD_ERR_INTERRUPTED; a collective given up that
+ * way aborts its communicator, so its peers fail at once. A language whose
+ * signal handlers only set a flag (Python) checks that flag here. */
+typedef int (*concord_interrupt_check)(void* user);
+CONCORD_API concord_status concord_set_interrupt_check(concord_interrupt_check check, void* user);
 
 /* ---- reduction operators ---------------------------------------------- */
 

@@ -19,6 +19,7 @@
 #include "base/digest.hpp"
 #include "base/env.hpp"
 #include "base/format.hpp"
+#include "base/interrupt.hpp"
 #include "comm/shm/futex.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "rendezvous/store.hpp"
@@ -313,6 +314,7 @@ void ShmBackend::wait_for_rank(int peer, std::uint32_t target, OpLabel label) {
       if (!peer_alive(peer) && !reached())
         fail_waiting(label, target, StatusCode::kRemote,
                      concat("rank ", peer, " (pid ", controls_[peer].pid, ") died"));
+      if (interrupt_requested()) fail_waiting(label, target, StatusCode::kInterrupted, "interrupted");
       next_liveness_check = now + kLivenessPeriod;
     }
     header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -333,7 +335,9 @@ void ShmBackend::fail_waiting(OpLabel label, std::uint32_t target, StatusCode co
   }
   std::string message = concat(label.name, " #", label.seq, " on rank ", rank_, " failed: ", why,
                                "; not heard from ranks [", missing, "]");
-  abort(Status{code, message});
+  // The peers fail with the root cause: this rank's timeout, or (a dead
+  // peer, an interrupt here) a peer that failed.
+  abort(Status{code == StatusCode::kTimeout ? code : StatusCode::kRemote, message});
   throw Error(code, message);
 }
 
