@@ -31,15 +31,11 @@ concord_status record(StatusCode code, const char* message) noexcept {
 }
 
 ReduceOp to_reduce_op(int op) {
-  switch (op) {
-    case CONCORD_SUM: return ReduceOp::kSum;
-    case CONCORD_PROD: return ReduceOp::kProd;
-    case CONCORD_MAX: return ReduceOp::kMax;
-    case CONCORD_MIN: return ReduceOp::kMin;
-    case CONCORD_MEAN: return ReduceOp::kMean;
-  }
-  invalid_argument("unknown reduction op ", op,
-                   "; valid: CONCORD_SUM, CONCORD_PROD, CONCORD_MAX, CONCORD_MIN, CONCORD_MEAN");
+  // The values are libcore's (abi_support.hpp asserts it).
+  if (op < 0 || op >= kNumReduceOps)
+    invalid_argument("unknown reduction op ", op,
+                     "; valid: CONCORD_SUM, CONCORD_PROD, CONCORD_MAX, CONCORD_MIN, CONCORD_MEAN");
+  return static_cast<ReduceOp>(op);
 }
 
 }  // namespace concord::cabi
@@ -285,8 +281,10 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
   }
   concord::WorldOptions world;
   world.backend = concord::backend_choice_from_name(opts.backend ? opts.backend : "auto");
-  if (opts.rank >= 0) world.bootstrap.rank = opts.rank;
-  if (opts.world_size >= 0) world.bootstrap.world_size = opts.world_size;
+  // -1 means "from the environment"; any other value is used as given (and
+  // a negative one refused by the bootstrap, not ignored).
+  if (opts.rank != -1) world.bootstrap.rank = opts.rank;
+  if (opts.world_size != -1) world.bootstrap.world_size = opts.world_size;
   if (opts.master_addr != nullptr) world.bootstrap.master_addr = opts.master_addr;
   if (opts.master_port != 0) world.bootstrap.master_port = opts.master_port;
   if (opts.token != nullptr) world.bootstrap.token = opts.token;
@@ -378,8 +376,10 @@ concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLT
                                   concord_reduce_op op, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.all_reduce(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
-                                work != nullptr, stream));
+  // Views in argument order, so that the first bad one is the one named.
+  const concord::TensorView in = view(send, "send");
+  const concord::TensorView out = view(recv, "recv");
+  store_work(work, c.all_reduce(in, out, to_reduce_op(op), work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -387,7 +387,9 @@ concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLT
                                   void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.all_gather(view(send, "send"), view(recv, "recv"), work != nullptr, stream));
+  const concord::TensorView in = view(send, "send");
+  const concord::TensorView out = view(recv, "recv");
+  store_work(work, c.all_gather(in, out, work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -396,8 +398,9 @@ concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
                                       concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.reduce_scatter(view(send, "send"), view(recv, "recv"), to_reduce_op(static_cast<int>(op)),
-                                    work != nullptr, stream));
+  const concord::TensorView in = view(send, "send");
+  const concord::TensorView out = view(recv, "recv");
+  store_work(work, c.reduce_scatter(in, out, to_reduce_op(op), work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -405,10 +408,11 @@ concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTe
                                  int root, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  const concord::TensorView out = view(recv, "recv");
   // send is read on the root only; elsewhere it may be NULL.
-  const concord::TensorView in = send != nullptr || c.rank() == root ? view(send, "send") : out;
-  store_work(work, c.broadcast(in, out, root, work != nullptr, stream));
+  const bool has_send = send != nullptr || c.rank() == root;
+  const concord::TensorView in = has_send ? view(send, "send") : concord::TensorView{};
+  const concord::TensorView out = view(recv, "recv");
+  store_work(work, c.broadcast(has_send ? in : out, out, root, work != nullptr, stream));
   CONCORD_API_END
 }
 
@@ -424,7 +428,8 @@ concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* te
                                         concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  store_work(work, c.all_reduce_multi(concord::cabi::views(tensors, num_tensors, "tensors"), to_reduce_op(static_cast<int>(op)), work != nullptr, stream));
+  store_work(work, c.all_reduce_multi(concord::cabi::views(tensors, num_tensors, "tensors"),
+                                      to_reduce_op(op), work != nullptr, stream));
   CONCORD_API_END
 }
 

@@ -104,6 +104,21 @@ TEST_CASE("a world of one needs no launcher", "[cabi]") {
   CHECK(concord_comm_destroy(comm) == CONCORD_OK);
 }
 
+TEST_CASE("rank and world size of -1 come from the environment; other negatives are refused",
+          "[cabi][errors]") {
+  concord_comm_options options = CONCORD_COMM_OPTIONS_INIT;
+  options.world_size = 1;
+  concord_comm_t comm = nullptr;
+  options.rank = -3;  // used to be ignored, as if unset
+  CHECK(concord_comm_init(&options, &comm) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(concord_last_error()) == "rank -3 outside [0, 1)");
+  options.rank = 0;
+  options.world_size = -2;
+  CHECK(concord_comm_init(&options, &comm) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(concord_last_error()) == "world size must be >= 1, got -2");
+  CHECK(comm == nullptr);
+}
+
 TEST_CASE("the backend option is honoured", "[cabi][backend_choice]") {
   concord_comm_options options = CONCORD_COMM_OPTIONS_INIT;
   options.rank = 0;
@@ -167,6 +182,15 @@ TEST_CASE("bad tensors and ops are rejected with specific messages", "[cabi][err
     DLTensor t = float_tensor(data, shape, 2, strides);
     CHECK(concord_all_reduce(comm, &t, &t, CONCORD_SUM, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()).find("not contiguous") != std::string::npos);
+    // Both bad (an in-place call on a transposed array): the first argument
+    // is named, not one the caller may never have written (it was "recv").
+    for (auto call : {+[](concord_comm_t c, DLTensor* x) { return concord_all_reduce(c, x, x, CONCORD_SUM, nullptr, nullptr); },
+                      +[](concord_comm_t c, DLTensor* x) { return concord_reduce_scatter(c, x, x, CONCORD_SUM, nullptr, nullptr); },
+                      +[](concord_comm_t c, DLTensor* x) { return concord_all_gather(c, x, x, nullptr, nullptr); },
+                      +[](concord_comm_t c, DLTensor* x) { return concord_broadcast(c, x, x, 0, nullptr, nullptr); }}) {
+      CHECK(call(comm, &t) == CONCORD_ERR_INVALID_ARGUMENT);
+      CHECK(std::string(concord_last_error()).rfind("send tensor is not contiguous", 0) == 0);
+    }
 
     DLTensor ok = float_tensor(data, shape, 2);
     CHECK(concord_all_reduce(comm, &ok, &ok, static_cast<concord_reduce_op>(17), nullptr, nullptr) ==
