@@ -14,10 +14,10 @@ from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsul
 from libc.stdint cimport int64_t, intptr_t
 from posix.unistd cimport getpid
 
-import enum
-
 import numpy as np
 
+from . import errors
+from ._constants import COMPRESSIONS, REDUCE_OPS, Status
 from ._streams import prepare_export
 
 cnp.import_array()
@@ -31,27 +31,8 @@ if concord_version_code() != CONCORD_VERSION_CODE:
         "this extension was built with; reinstall concord")
 
 
-class Status(enum.IntEnum):
-    """Status codes of the C ABI."""
-    OK = CONCORD_OK
-    INVALID_ARGUMENT = CONCORD_ERR_INVALID_ARGUMENT
-    UNAVAILABLE = CONCORD_ERR_UNAVAILABLE
-    TIMEOUT = CONCORD_ERR_TIMEOUT
-    REMOTE = CONCORD_ERR_REMOTE
-    MISMATCH = CONCORD_ERR_MISMATCH
-    ABORTED = CONCORD_ERR_ABORTED
-    OUT_OF_MEMORY = CONCORD_ERR_OUT_OF_MEMORY
-    INTERNAL = CONCORD_ERR_INTERNAL
-
-
-REDUCE_OPS = {
-    "sum": CONCORD_SUM,
-    "mean": CONCORD_MEAN,
-    "max": CONCORD_MAX,
-    "min": CONCORD_MIN,
-    "prod": CONCORD_PROD,
-}
 cdef dict _reduce_ops = REDUCE_OPS
+cdef dict _compressions = COMPRESSIONS
 
 
 def version():
@@ -66,29 +47,11 @@ def build_info():
 
 # ---- errors ------------------------------------------------------------------
 
-# errors.py imports Status from here, so the classes are looked up on the
-# (cold) error path rather than at import time.
-cdef dict _error_classes = None
-
-
-cdef object _errors():
-    from . import errors
-    return errors
-
-
-cdef object _error_class(int status):
-    global _error_classes
-    if _error_classes is None:
-        errors = _errors()
-        _error_classes = {
-            CONCORD_ERR_INVALID_ARGUMENT: errors.InvalidArgumentError,
-            CONCORD_ERR_UNAVAILABLE: errors.UnavailableError,
-            CONCORD_ERR_TIMEOUT: errors.CollectiveTimeoutError,
-            CONCORD_ERR_REMOTE: errors.RemoteError,
-            CONCORD_ERR_MISMATCH: errors.MismatchError,
-            CONCORD_ERR_ABORTED: errors.AbortedError,
-        }
-    return _error_classes.get(status) or _errors().ConcordError
+# Each class of errors.py stands for the status its `status` names.
+cdef dict _error_classes = {
+    cls.status: cls for cls in (getattr(errors, name) for name in errors.__all__)
+    if isinstance(cls, type) and issubclass(cls, errors.ConcordError) and cls.status is not None
+}
 
 
 cdef object _error_for(int status):
@@ -101,7 +64,7 @@ cdef object _error_for(int status):
         code = Status(status)
     except ValueError:
         code = status
-    return _error_class(status)(message, code)
+    return _error_classes.get(status, errors.ConcordError)(message, code)
 
 
 cpdef int check_status(int status) except -1:
@@ -112,7 +75,7 @@ cpdef int check_status(int status) except -1:
 
 
 cdef object _invalid(str message):
-    return _errors().InvalidArgumentError(message)
+    return errors.InvalidArgumentError(message)
 
 
 cdef bytes _c_string(object text, str what):
@@ -449,7 +412,7 @@ cdef class Store:
 
     cdef concord_store_t _checked(self) except NULL:
         if self.handle == NULL:
-            raise _errors().ConcordError("the store client is closed")
+            raise errors.ConcordError("the store client is closed")
         return self.handle
 
     cdef double _timeout(self, object timeout) except? -1:
@@ -626,7 +589,7 @@ cdef class Comm:
 
     cdef concord_comm_t _checked(self) except NULL:
         if self.handle == NULL:
-            raise _errors().ConcordError("the communicator is closed")
+            raise errors.ConcordError("the communicator is closed")
         return self.handle
 
     @property
@@ -856,10 +819,6 @@ cdef class Work:
 
 # ---- data parallel ---------------------------------------------------------------
 
-cdef dict _compressions = {None: CONCORD_COMPRESS_NONE, "bf16": CONCORD_COMPRESS_BF16,
-                           "fp16": CONCORD_COMPRESS_FP16}
-
-
 @cython.final
 cdef class GradSync:
     """Gradient buckets over a communicator: mark_ready(i, grad) packs a
@@ -907,7 +866,7 @@ cdef class GradSync:
 
     cdef concord_grad_sync_t _checked(self) except NULL:
         if self.handle == NULL:
-            raise _errors().ConcordError("the gradient synchronizer is closed")
+            raise errors.ConcordError("the gradient synchronizer is closed")
         return self.handle
 
     @property
