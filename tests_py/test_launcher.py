@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import concord
-from concord.launch import LaunchError
+from concord.notebook import LaunchError
 
 # conftest.py clears inherited rendezvous variables, so every launch here
 # starts its own job.

@@ -3,8 +3,8 @@ C codes of the reduce ops and gradient compressions by their Python names,
 and the DLPack device types of host and CUDA memory.
 
 Every value comes from the declarations in _capi.pxd, so the headers are
-their only source. This module imports nothing of concord: any module may
-import it.
+their only source. Nothing of concord is imported here, so that any module
+may use this one.
 """
 
 import enum

@@ -10,7 +10,7 @@ any communication.
 
 import operator
 
-from . import world
+from . import _world
 from ._capi import check_output
 from .arrays import (
     as_array,
@@ -27,9 +27,7 @@ __all__ = ["all_gather", "all_reduce", "barrier", "broadcast", "reduce_scatter"]
 
 
 def _handle(comm):
-    if comm is None:
-        comm = world._world or world.world()
-    return comm._handle
+    return (_world.get() if comm is None else comm)._handle
 
 
 def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):

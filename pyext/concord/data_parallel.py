@@ -27,7 +27,7 @@ import numpy as np
 import optree
 from array_api_compat import device as array_device
 
-from . import collectives, world
+from . import _world, collectives
 from .arrays import as_array, empty, front_to_axis, namespace
 from .errors import InvalidArgumentError, MismatchError
 from .mesh import (
@@ -421,7 +421,7 @@ def _axis_extent(axis_name, mesh):
     if mesh is not None:
         return mesh.axis_size(axis_name), mesh.axis_index(axis_name)
     _axis_names_tuple(axis_name)
-    comm = world.world()
+    comm = _world.current()
     return comm.size, comm.rank
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import device as array_device
 
-from . import collectives, world
+from . import _world, collectives
 from ._host import device_key
 from .arrays import namespace
 from .errors import MismatchError
@@ -280,7 +280,7 @@ def start_sync(entries, comm=None):
 
     One collective per reduce op and device: the states of every metric on
     the host in one, those on a GPU in another."""
-    comm = world.world() if comm is None else comm
+    comm = _world.current() if comm is None else comm
     cats = [e for e in entries if e.spec.op == "cat"]
     devices = {id(e): device_key(e.window) for e in entries}  # read once: slow for torch
     rows = _exchange_header(comm, entries, cats, devices)

@@ -18,7 +18,7 @@ import numpy as np
 from . import collectives
 from ._capi import GradSync
 from .optim import flatten, flatten_like, local
-from .world import Communicator, world
+from .communicator import Communicator, world
 
 __all__ = ["GradientSynchronizer", "train_step"]
 
