@@ -14,7 +14,7 @@ import pytest
 
 import concord as cc
 from concord import optim
-from concord.data_parallel import ShardedArray
+from concord.sharded import ShardedArray
 from concord.training import GradientSynchronizer, train_step
 
 GLOBAL_BATCH = 12  # divisible by 1, 2, 3 and 4

@@ -39,6 +39,8 @@ from .mesh import (
     axis_comm,
     current_mesh,
 )
+from .sharded import ShardedArray, local
+from .training import GradientSynchronizer, train_step
 
 __all__ = [
     "DataParallel",
@@ -59,59 +61,8 @@ __all__ = [
     "train_step",
 ]
 
-SHARDED_ARRAY_NAMESPACE = "concord"
-
-
-class ShardedArray:
-    """This rank's block `local` of an array of `global_shape` split evenly
-    along dimension `dim` over the ranks of mesh axis (or axes) `axis_name`.
-
-    In optree's default registry a ShardedArray is a leaf, so concord's
-    functions see each sharded parameter whole. In the "concord" namespace
-    it is a node whose one child is `local`:
-    ``optree.tree_map(f, tree, namespace="concord")`` maps f over the local
-    blocks and keeps the sharding (an optimizer step on shards, say).
-    """
-
-    __slots__ = ("local", "global_shape", "dim", "axis_name")
-
-    def __init__(self, local, global_shape, dim, axis_name):
-        self.local = local
-        self.global_shape = tuple(operator.index(size) for size in global_shape)
-        self.dim = operator.index(dim)
-        if not 0 <= self.dim < len(self.global_shape):
-            raise InvalidArgumentError(
-                f"ShardedArray: dim {dim} is out of range for shape {self.global_shape}")
-        self.axis_name = axis_name
-
-    @property
-    def dtype(self):
-        """The local block's dtype."""
-        return self.local.dtype
-
-    def replace(self, local):
-        """The same sharding with another local block."""
-        return ShardedArray(local, self.global_shape, self.dim, self.axis_name)
-
-    def __repr__(self):
-        return (f"ShardedArray(local shape {tuple(self.local.shape)}, global_shape="
-                f"{self.global_shape}, dim={self.dim}, axis_name={self.axis_name!r})")
-
-
-optree.register_pytree_node(
-    ShardedArray,
-    lambda array: ((array.local,), (array.global_shape, array.dim, array.axis_name)),
-    lambda metadata, children: ShardedArray(children[0], *metadata),
-    namespace=SHARDED_ARRAY_NAMESPACE,
-)
-
 
 # ---- pytree and array plumbing ----------------------------------------------
-
-def local(leaf):
-    """The array a leaf stores here: a ShardedArray's local block, else the leaf."""
-    return leaf.local if isinstance(leaf, ShardedArray) else leaf
-
 
 def _value(leaf):
     return as_array(local(leaf))
@@ -679,8 +630,3 @@ class DataParallel:
 
     create_data_parallel_sharding = create_sharding
     all_reduce_gradients = reduce_gradients
-
-
-# DESIGN.md §5 lists these with the data-parallel helpers; they live in
-# concord.training, which builds on this module (ShardedArray above).
-from .training import GradientSynchronizer, train_step  # noqa: E402

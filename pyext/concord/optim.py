@@ -15,7 +15,7 @@ an int) and one buffer pytree shaped like the parameters per buffer kind
 (``"momentum_buffer"`` for SGD with momentum, ``"exp_avg"`` and
 ``"exp_avg_sq"`` for AdamW). It can be saved and restored like parameters.
 
-Leaves that are ``concord.data_parallel.ShardedArray`` are updated through
+Leaves that are ``concord.sharded.ShardedArray`` are updated through
 their local shard (an optimizer step is elementwise); their buffers are
 shaped like the shard.
 """
@@ -26,12 +26,11 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-import optree
 
 from . import _capi, collectives
 from ._host import on_cuda
 from .arrays import device, namespace
-from .data_parallel import ShardedArray, local
+from .sharded import ShardedArray, flatten, local
 from .mesh import axis_comm
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
@@ -43,13 +42,6 @@ _CLIP_EPS = 1e-6
 
 def _is_sharded(x) -> bool:
     return isinstance(x, ShardedArray)
-
-
-def flatten(tree):
-    """(leaves, treespec) of a pytree whose leaves are arrays. ShardedArray
-    leaves stay whole: its pytree node is registered only in concord's own
-    optree namespace, so the default registry sees a leaf."""
-    return optree.tree_flatten(tree)
 
 
 def flatten_like(treespec, tree, what: str, like: str = "params"):

@@ -17,7 +17,8 @@ import numpy as np
 
 from . import collectives
 from ._capi import GradSync
-from .optim import flatten, flatten_like, local
+from .optim import flatten_like
+from .sharded import flatten, local
 from .communicator import Communicator, world
 
 __all__ = ["GradientSynchronizer", "train_step"]
