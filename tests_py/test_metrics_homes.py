@@ -18,7 +18,7 @@ import pytest
 import concord as cc
 from concord import metrics as M
 from concord._host import device_key, to_host
-from concord.metrics_sync import Entry, StateSpec, _fingerprint
+from concord.metrics.sync import Entry, StateSpec, _fingerprint
 
 
 def _load_reference_module():
@@ -217,7 +217,7 @@ def test_mixing_homes_raises_before_writing(torch):
 def test_device_inputs_refuse_host_data_and_other_devices(torch, monkeypatch):
     """Device arrays (torch tensors marked as if on a GPU: only where they
     are is read before the refusal) never mix with host data."""
-    from concord import metrics_base
+    from concord.metrics import base as metrics_base
 
     real_is_host, real_device = metrics_base.is_host, metrics_base.array_device
 

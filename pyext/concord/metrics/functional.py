@@ -32,9 +32,10 @@ import optree
 from array_api_compat import device as array_device
 from array_api_compat import is_jax_array, is_torch_array
 
-from . import collectives
-from ._host import device_key, to_host
-from .arrays import namespace
+from .. import collectives
+from .._host import device_key, to_host
+from ..arrays import namespace
+from ..mesh import axis_comm
 
 __all__ = [
     "all_gather",
@@ -50,14 +51,6 @@ __all__ = [
 
 OPS = ("mean", "sum", "max", "min")
 _PYTHON_SCALARS = (bool, int, float)
-
-
-def _comm(axis_name):
-    # Imported on first use: importing concord (which imports metrics) must
-    # not depend on the mesh module.
-    from .mesh import axis_comm
-
-    return axis_comm(axis_name)
 
 
 def _own_namespace(leaf):
@@ -165,7 +158,7 @@ def _reduce(leaves, ops, axis_name):
     reduced = [i for i, op in enumerate(ops) if op is not None]
     groups = _by_key(reduced, lambda i: (OPS.index(ops[i]), device_key(buffers[i])))
     if groups:
-        comm = _comm(axis_name)
+        comm = axis_comm(axis_name)
         works = [comm._handle.all_reduce_multi([buffers[reduced[j]] for j in members],
                                                OPS[op_index], True)
                  for (op_index, _), members in sorted(groups.items(), key=_group_order)]
@@ -237,7 +230,7 @@ def _gather_leaves(leaves, axis_name):
     if not copies:
         return []
     groups = _by_key(copies, lambda c: (device_key(c), namespace(c), c.dtype))
-    comm = _comm(axis_name)
+    comm = axis_comm(axis_name)
     works = {}
     for key, members in groups.items():
         xp = key[1]

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import device as array_device
 
-from . import _world, collectives
-from ._host import device_key
-from .arrays import namespace
-from .errors import MismatchError
+from .. import _world, collectives
+from .._host import device_key
+from ..arrays import namespace
+from ..errors import MismatchError
 
 __all__ = ["Entry", "PendingSync", "StateSpec", "array_home", "start_sync"]
 

@@ -36,8 +36,8 @@ import warnings
 
 import numpy as np
 
-from . import _capi
-from .metrics_base import Metric, to_numpy
+from .. import _capi
+from .base import Metric, to_numpy
 
 __all__ = ["Accuracy", "BinaryAUROC", "ConfusionMatrix", "F1Score", "FBetaScore", "Precision",
            "Recall"]
