@@ -18,7 +18,7 @@ import pytest
 import concord as cc
 from concord import metrics as M
 from concord._host import device_key, to_host
-from concord.metrics.sync import Entry, StateSpec, _fingerprint
+from concord.metrics.sync import Entry, StateSpec, _signature
 
 
 def _load_reference_module():
@@ -323,11 +323,11 @@ class _FakeCudaArray:
         return (2, 0)  # kDLCUDA
 
 
-def test_the_sync_fingerprint_tells_host_from_gpu_states(torch):
+def test_the_sync_signature_tells_host_from_gpu_states(torch):
     spec = StateSpec("sum", (2,), np.dtype(np.float64))
-    on_host = _fingerprint([Entry(("m", "s"), spec, np.zeros(2))])
-    assert _fingerprint([Entry(("m", "s"), spec, torch.zeros(2, dtype=torch.float64))]) == on_host
-    assert _fingerprint([Entry(("m", "s"), spec, _FakeCudaArray())]) != on_host
+    on_host = _signature([Entry(("m", "s"), spec, np.zeros(2))])
+    assert _signature([Entry(("m", "s"), spec, torch.zeros(2, dtype=torch.float64))]) == on_host
+    assert _signature([Entry(("m", "s"), spec, _FakeCudaArray())]) != on_host
     assert device_key(_FakeCudaArray()) == ("cuda", 0)
     assert device_key(np.zeros(1)) == device_key(torch.zeros(1)) == device_key(1.5) == ("cpu", 0)
 

@@ -18,7 +18,6 @@ compare a fingerprint of the pytree (structure, leaf shapes and dtypes), so
 ranks passing different pytrees get MismatchError instead of a hang.
 """
 
-import hashlib
 import math
 import operator
 import warnings
@@ -28,8 +27,9 @@ import optree
 from array_api_compat import device as array_device
 
 from . import _world, collectives
-from .arrays import as_array, empty, front_to_axis, namespace
-from .errors import InvalidArgumentError, MismatchError
+from ._pytree import agree, fused_all_gather, fused_all_reduce, fused_broadcast, group_indices
+from .arrays import as_array, front_to_axis, namespace
+from .errors import InvalidArgumentError
 from .mesh import (
     DeviceMeshManager,
     Mesh,
@@ -96,101 +96,9 @@ def _leaf_signature(leaf):
 def _check_same_tree(what, treespec, leaves, comm):
     """Raises MismatchError on every rank of `comm` unless all passed the
     same pytree structure with the same leaf shapes and dtypes."""
-    if comm.size == 1:
-        return
-    text = repr((str(treespec), [_leaf_signature(leaf) for leaf in leaves]))
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    mine = np.frombuffer(digest, np.int64)
-    digests = collectives.all_gather(mine, comm=comm).tolist()
-    if len(set(digests)) == 1:
-        return
-    groups = {}
-    for rank, value in enumerate(digests):
-        groups.setdefault(value, []).append(rank)
-    parts = "; ".join(f"ranks {ranks}" for ranks in groups.values())
-    raise MismatchError(
-        f"{what}: ranks passed different pytrees (structure, leaf shapes or dtypes); "
-        f"each group agrees within itself: {parts}. This rank ({comm.rank}) passed {treespec}")
-
-
-def _kind_groups(values):
-    """Indices of `values` grouped by array type, dtype and device, in
-    first-seen order (the same order on every rank that agrees on the tree)."""
-    groups = {}
-    for index, value in enumerate(values):
-        key = (type(value), value.dtype, str(array_device(value)))
-        groups.setdefault(key, []).append(index)
-    return list(groups.values())
-
-
-def _pack(values):
-    xp = namespace(values[0])
-    return xp.concat([xp.reshape(value, (-1,)) for value in values])
-
-
-def _unpack(buffer, values):
-    """Views of `buffer` shaped as `values`, in order."""
-    xp = namespace(buffer)
-    parts, offset = [], 0
-    for value in values:
-        count = math.prod(value.shape)
-        parts.append(xp.reshape(buffer[offset:offset + count], tuple(value.shape)))
-        offset += count
-    return parts
-
-
-def _fused(values, launch):
-    """Runs launch(group values) -> (buffer, Work) per array kind, all in
-    flight together, and returns the values unpacked from the buffers."""
-    results = list(values)
-    pending = []
-    for group in _kind_groups(values):
-        members = [values[i] for i in group]
-        pending.append((group, members, *launch(members)))
-    for group, members, buffer, work in pending:
-        work.wait()
-        for index, part in zip(group, _unpack(buffer, members)):
-            results[index] = part
-    return results
-
-
-def _fused_all_reduce(values, op, comm):
-    def launch(members):
-        buffer = _pack(members)
-        return buffer, collectives.all_reduce(buffer, op, comm=comm, out=buffer, async_op=True)
-    return _fused(values, launch)
-
-
-def _fused_broadcast(values, root, comm):
-    def launch(members):
-        # Only the root's data travels; the others just need the room.
-        if comm.rank == root:
-            buffer = _pack(members)
-        else:
-            buffer = empty(members[0], (sum(math.prod(m.shape) for m in members),))
-        return buffer, collectives.broadcast(buffer, root, comm=comm, out=buffer, async_op=True)
-    return _fused(values, launch)
-
-
-def _fused_all_gather(values, dims, comm):
-    """Each value gathered over `comm` and concatenated along its dim."""
-    results = [None] * len(values)
-    pending = []
-    for group in _kind_groups(values):
-        members = [values[i] for i in group]
-        work = collectives.all_gather(_pack(members), tiled=False, comm=comm, async_op=True)
-        pending.append((group, members, work))
-    for group, members, work in pending:
-        gathered = work.wait()  # (ranks, packed size)
-        xp = namespace(gathered)
-        offset = 0
-        for index, member in zip(group, members):
-            count = math.prod(member.shape)
-            blocks = xp.reshape(gathered[:, offset:offset + count],
-                                (comm.size, *member.shape))
-            results[index] = front_to_axis(blocks, dims[index], tiled=True)
-            offset += count
-    return results
+    agree(comm, repr((str(treespec), [_leaf_signature(leaf) for leaf in leaves])),
+          f"{what}: ranks passed different pytrees (structure, leaf shapes or dtypes)",
+          mine=treespec)
 
 
 # ---- batches and model state ------------------------------------------------
@@ -361,7 +269,7 @@ def replicate_params(params, mesh_or_comm=None, root=0):
                 "differs, replicate before shard_params")
     _check_same_tree("replicate_params", treespec, leaves, comm)
     values = [as_array(leaf) for leaf in leaves]
-    return optree.tree_unflatten(treespec, _fused_broadcast(values, root, comm))
+    return optree.tree_unflatten(treespec, fused_broadcast(values, root, comm))
 
 
 # ---- parameter sharding (ZeRO / FSDP, the xlstm-jax rules) ---------------------
@@ -433,10 +341,10 @@ def gather_params(params, axis_name, *, mesh=None, gather_dtype=None):
     picked = [i for i, leaf in enumerate(leaves)
               if isinstance(leaf, ShardedArray) and _axis_names_tuple(leaf.axis_name) == names]
     _check_same_tree("gather_params", treespec, leaves, comm)
-    values = [_cast(as_array(leaves[i].local), gather_dtype) for i in picked]
-    gathered = _fused_all_gather(values, [leaves[i].dim for i in picked], comm)
-    for index, full in zip(picked, gathered):
-        leaves[index] = full
+    blocks = fused_all_gather([_cast(as_array(leaves[i].local), gather_dtype) for i in picked],
+                              comm)
+    for index, stacked in zip(picked, blocks):
+        leaves[index] = front_to_axis(stacked, leaves[index].dim, tiled=True)
     return optree.tree_unflatten(treespec, leaves)
 
 
@@ -496,14 +404,12 @@ def sync_gradients(grads, axis_names, *, mesh=None):
     mesh = mesh if mesh is not None else current_mesh()
     names = _mesh_order(axis_names, mesh)
     leaves, treespec = optree.tree_flatten(grads)
-    groups = {}
-    for index, leaf in enumerate(leaves):
-        axes = _replication_axes(leaf, names, mesh)
-        if axes:
-            groups.setdefault(axes, []).append(index)
+    groups = group_indices(_replication_axes(leaf, names, mesh) for leaf in leaves)
     _check_same_tree("sync_gradients", treespec, leaves, axis_comm(names, mesh))
     for axes, indices in groups.items():
-        reduced = _fused_all_reduce([_value(leaves[i]) for i in indices], "mean",
+        if not axes:  # sharded over every axis: nothing to average
+            continue
+        reduced = fused_all_reduce([_value(leaves[i]) for i in indices], "mean",
                                     axis_comm(axes, mesh))
         for index, value in zip(indices, reduced):
             leaves[index] = _rewrap(leaves[index], value)
@@ -526,7 +432,7 @@ def reduce_gradients_across_devices(grads, reduce_type="mean", axis_name=None, *
     comm = axis_comm(axis_name, mesh)
     leaves, treespec = optree.tree_flatten(grads)
     _check_same_tree("reduce_gradients_across_devices", treespec, leaves, comm)
-    reduced = _fused_all_reduce([_value(leaf) for leaf in leaves], op, comm)
+    reduced = fused_all_reduce([_value(leaf) for leaf in leaves], op, comm)
     return optree.tree_unflatten(treespec, [_rewrap(leaf, value)
                                             for leaf, value in zip(leaves, reduced)])
 

@@ -29,9 +29,10 @@ import numpy as np
 
 from . import _capi, collectives
 from ._host import on_cuda
+from ._pytree import flatten_like
 from .arrays import device, namespace
-from .sharded import ShardedArray, flatten, local
 from .mesh import axis_comm
+from .sharded import ShardedArray, flatten, local
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
 
@@ -42,14 +43,6 @@ _CLIP_EPS = 1e-6
 
 def _is_sharded(x) -> bool:
     return isinstance(x, ShardedArray)
-
-
-def flatten_like(treespec, tree, what: str, like: str = "params"):
-    """The leaves of `tree`, which must have `treespec`'s structure."""
-    try:
-        return treespec.flatten_up_to(tree)
-    except ValueError as exc:
-        raise ValueError(f"{what} must have the structure of {like}: {exc}") from None
 
 
 def _zeros_like(x):

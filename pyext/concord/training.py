@@ -17,9 +17,9 @@ import numpy as np
 
 from . import collectives
 from ._capi import GradSync
-from .optim import flatten_like
-from .sharded import flatten, local
+from ._pytree import flatten_like
 from .communicator import Communicator, world
+from .sharded import flatten, local
 
 __all__ = ["GradientSynchronizer", "train_step"]
 
