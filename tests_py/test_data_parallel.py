@@ -531,7 +531,7 @@ def test_replicate_and_place_model_state():
         assert "no leaf has the path 'enc/v'" in seen["unknown path"]
         assert "param_sharding must be" in seen["mode"]
         assert "not divisible by 3" in seen["indivisible"]
-        assert "root 3 is out of range" in seen["root"]
+        assert "broadcast: root 3 is outside [0, 3)" in seen["root"]
 
 
 # ---- the DataParallel class ------------------------------------------------------

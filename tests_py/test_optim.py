@@ -8,6 +8,7 @@ import optree
 import pytest
 
 from concord import optim
+from concord.errors import InvalidArgumentError
 
 # Shapes with an empty leaf, a 0-d leaf and sizes that leave vector tails.
 SHAPES = [(7, 5), (0,), (), (33,), (4, 3, 2)]
@@ -176,19 +177,35 @@ def test_torch_parameters_that_require_grad_are_updated_in_place():
     np.testing.assert_array_equal(param.detach().numpy(), expected["p"])
 
 
+# The fused C step checks the options; the optimizers run it on no tensors
+# when they are made, so bad options fail there, as in torch.optim.
 @pytest.mark.parametrize("make, message", [
-    (lambda: optim.SGD(-0.1), "lr must be >= 0"),
-    (lambda: optim.SGD(0.1, momentum=-1), "momentum must be >= 0"),
-    (lambda: optim.SGD(0.1, nesterov=True), "nesterov momentum requires momentum > 0"),
-    (lambda: optim.SGD(0.1, weight_decay=-1), "weight_decay must be >= 0"),
-    (lambda: optim.AdamW(0.1, betas=(1.0, 0.9)), r"betas\[0\] must be in \[0, 1\)"),
-    (lambda: optim.AdamW(0.1, betas=(0.9, -0.1)), r"betas\[1\] must be in \[0, 1\)"),
-    (lambda: optim.AdamW(0.1, eps=-1.0), "eps must be >= 0"),
-    (lambda: optim.AdamW(float("nan")), "lr must be >= 0"),
+    (lambda: optim.SGD(-0.1), "sgd_step: lr must be finite and >= 0"),
+    (lambda: optim.SGD(0.1, momentum=-1), "sgd_step: momentum must be finite and >= 0"),
+    (lambda: optim.SGD(0.1, nesterov=True), "sgd_step: nesterov needs a momentum > 0"),
+    (lambda: optim.SGD(0.1, weight_decay=-1), "sgd_step: weight_decay must be finite and >= 0"),
+    (lambda: optim.AdamW(0.1, betas=(1.0, 0.9)), r"adamw_step: beta1 must be in \[0, 1\)"),
+    (lambda: optim.AdamW(0.1, betas=(0.9, -0.1)), r"adamw_step: beta2 must be in \[0, 1\)"),
+    (lambda: optim.AdamW(0.1, eps=-1.0), "adamw_step: eps must be finite and >= 0"),
+    (lambda: optim.AdamW(0.1, weight_decay=float("inf")),
+     "adamw_step: weight_decay must be finite and >= 0"),
+    (lambda: optim.AdamW(float("nan")), "adamw_step: lr must be finite and >= 0"),
 ])
 def test_bad_hyperparameters_raise_value_error(make, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         make()
+    assert issubclass(InvalidArgumentError, ValueError)
+
+
+def test_a_schedule_is_checked_at_each_step():
+    params = [np.ones(3)]
+    opt = optim.SGD(lambda step: 0.1 if step == 1 else -0.1)
+    state = opt.init(params)
+    params, state = opt.step(params, [np.ones(3)], state)
+    np.testing.assert_allclose(params[0], np.full(3, 0.9))
+    with pytest.raises(InvalidArgumentError, match="sgd_step: lr must be finite and >= 0"):
+        opt.step(params, [np.ones(3)], state)
+    np.testing.assert_allclose(params[0], np.full(3, 0.9))
 
 
 def test_mismatched_grads_raise_value_error():

@@ -122,6 +122,7 @@ def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master
         world_size=_optional(world_size, -1),
         master_addr=master_addr,
         master_port=_optional(master_port, 0),
+        token=None,
         timeout=_optional(timeout, 0.0),
         backend=backend,
     )

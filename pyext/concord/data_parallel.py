@@ -19,7 +19,6 @@ ranks passing different pytrees get MismatchError instead of a hang.
 """
 
 import math
-import operator
 import warnings
 
 import numpy as np
@@ -256,11 +255,6 @@ def replicate_params(params, mesh_or_comm=None, root=0):
     over the mesh's communicator (or the given Communicator; None: the
     active mesh's, else the world). Leaves keep their array types."""
     comm = _comm_of(mesh_or_comm)
-    root = operator.index(root)
-    if not 0 <= root < comm.size:
-        raise InvalidArgumentError(
-            f"replicate_params: root {root} is out of range for a communicator of size "
-            f"{comm.size}")
     paths, leaves, treespec = optree.tree_flatten_with_path(params)
     for path, leaf in zip(paths, leaves):
         if isinstance(leaf, ShardedArray):

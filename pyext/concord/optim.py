@@ -40,7 +40,6 @@ __all__ = ["SGD", "AdamW", "clip_grad_norm"]
 # never divides by zero; the same constant keeps results interchangeable.
 _CLIP_EPS = 1e-6
 
-
 def _is_sharded(x) -> bool:
     return isinstance(x, ShardedArray)
 
@@ -50,32 +49,29 @@ def _zeros_like(x):
     return namespace(x).zeros_like(x)
 
 
-def _check_nonnegative(**values) -> None:
-    for name, value in values.items():
-        if not value >= 0.0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-
-
-def _check_lr(lr) -> None:
-    if not callable(lr):
-        _check_nonnegative(lr=lr)
-
-
 class _Optimizer:
     """Shared plumbing: the learning rate (a float or a schedule) and
-    flattening parameters, gradients and buffers against one structure."""
+    flattening parameters, gradients and buffers against one structure.
+
+    A subclass sets its options in __init__, then calls _check_options();
+    _kernel runs its fused C step, which checks every option before it
+    touches anything."""
 
     _buffers: tuple[str, ...] = ()
 
     def __init__(self, lr: float | Callable[[int], float]):
-        _check_lr(lr)
         self.lr = lr
+
+    def _check_options(self) -> None:
+        """Raises InvalidArgumentError now, as torch.optim does, for options
+        the step would refuse: the C step, on no tensors, checks them and
+        does nothing else. A schedule's rates are checked at every step."""
+        lr = 0.0 if callable(self.lr) else self.lr
+        self._kernel([], [], {name: [] for name in self._buffers}, lr, 1)
 
     def _lr_at(self, step: int) -> float:
         """The learning rate of the 1-based `step`."""
-        lr = self.lr(step) if callable(self.lr) else self.lr
-        _check_nonnegative(lr=lr)
-        return float(lr)
+        return self.lr(step) if callable(self.lr) else self.lr
 
     def init(self, params) -> dict:
         """The state before the first step: step 0 and zeroed buffers
@@ -103,10 +99,10 @@ class _Optimizer:
         """One update of every parameter (in place); returns (params, opt_state)."""
         param_leaves, grad_leaves, buffers = self._leaves(params, grads, opt_state)
         step = opt_state["step"] + 1
-        self._update(param_leaves, grad_leaves, buffers, step)
+        self._kernel(param_leaves, grad_leaves, buffers, self._lr_at(step), step)
         return params, {**opt_state, "step": step}
 
-    def _update(self, params: list, grads: list, buffers: dict, step: int) -> None:
+    def _kernel(self, params: list, grads: list, buffers: dict, lr: float, step: int) -> None:
         raise NotImplementedError
 
 
@@ -124,17 +120,15 @@ class SGD(_Optimizer):
 
     def __init__(self, lr, momentum=0.0, nesterov=False, weight_decay=0.0):
         super().__init__(lr)
-        _check_nonnegative(momentum=momentum, weight_decay=weight_decay)
-        if nesterov and momentum == 0:
-            raise ValueError("nesterov momentum requires momentum > 0")
         self.momentum = float(momentum)
         self.nesterov = bool(nesterov)
         self.weight_decay = float(weight_decay)
         self._buffers = ("momentum_buffer",) if self.momentum else ()
+        self._check_options()
 
-    def _update(self, params, grads, buffers, step):
-        _capi.sgd_step(params, grads, buffers.get("momentum_buffer"), self._lr_at(step),
-                       self.momentum, self.weight_decay, self.nesterov, step)
+    def _kernel(self, params, grads, buffers, lr, step):
+        _capi.sgd_step(params, grads, buffers.get("momentum_buffer"), lr, self.momentum,
+                       self.weight_decay, self.nesterov, step)
 
     def __repr__(self):
         return (f"SGD(lr={self.lr!r}, momentum={self.momentum}, nesterov={self.nesterov}, "
@@ -157,18 +151,15 @@ class AdamW(_Optimizer):
     def __init__(self, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(lr)
         beta1, beta2 = betas
-        for index, beta in enumerate((beta1, beta2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"betas[{index}] must be in [0, 1), got {beta}")
-        _check_nonnegative(eps=eps, weight_decay=weight_decay)
         self.betas = (float(beta1), float(beta2))
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
+        self._check_options()
 
-    def _update(self, params, grads, buffers, step):
+    def _kernel(self, params, grads, buffers, lr, step):
         beta1, beta2 = self.betas
-        _capi.adamw_step(params, grads, buffers["exp_avg"], buffers["exp_avg_sq"],
-                         self._lr_at(step), beta1, beta2, self.eps, self.weight_decay, step)
+        _capi.adamw_step(params, grads, buffers["exp_avg"], buffers["exp_avg_sq"], lr, beta1,
+                         beta2, self.eps, self.weight_decay, step)
 
     def __repr__(self):
         return (f"AdamW(lr={self.lr!r}, betas={self.betas}, eps={self.eps}, "
