@@ -236,6 +236,14 @@ def test_read_only_params_are_refused_untouched():
 # ---- clip_grad_norm ------------------------------------------------------------
 
 
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 def reference_norm(leaves):
     return float(np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in leaves)))
 
@@ -263,6 +271,47 @@ def test_clip_grad_norm_mixed_dtypes_and_empty_trees():
     zeros = [np.zeros(5)]
     assert optim.clip_grad_norm(zeros, 0.0) == 0.0
     np.testing.assert_array_equal(zeros[0], np.zeros(5))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_clip_grad_norm_of_a_nan_or_infinite_norm(dtype, bad):
+    """As torch.nn.utils.clip_grad_norm_ (and as on CUDA, by the same
+    kernel): a NaN norm makes every gradient NaN; an infinite norm gives the
+    factor 0, so finite entries become 0 and the infinite one NaN."""
+    rng = np.random.default_rng()
+    grads = make_tree(rng, dtype)
+    leaves = optree.tree_leaves(grads)
+    leaves[0].flat[rng.integers(leaves[0].size)] = bad
+    before = [leaf.copy() for leaf in leaves]
+    norm = optim.clip_grad_norm(grads, 1.0)
+    if np.isnan(bad):
+        assert np.isnan(norm)
+        assert all(np.isnan(leaf).all() for leaf in leaves)
+    else:
+        assert norm == np.inf
+        with np.errstate(invalid="ignore"):  # inf * 0
+            for got, original in zip(leaves, before):
+                np.testing.assert_array_equal(got, original * 0.0)
+    torch = _torch()
+    if torch is not None:  # torch clips the .grad of parameters
+        params = [torch.zeros(original.shape, dtype=getattr(torch, dtype)) for original in before]
+        for param, original in zip(params, before):
+            param.grad = torch.from_numpy(original.copy())
+        torch_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        np.testing.assert_array_equal(norm, torch_norm.numpy())
+        for got, param in zip(leaves, params):
+            np.testing.assert_array_equal(got, param.grad.numpy())
+
+
+def test_clip_grad_norm_writes_in_place_even_when_not_clipping():
+    """The factor is computed by the kernel that applies it, so gradients
+    must be writable even when their norm is below max_norm."""
+    grads = [np.ones(3)]
+    grads[0].flags.writeable = False
+    with pytest.raises(InvalidArgumentError, match="read-only"):
+        optim.clip_grad_norm(grads, 1e6)
+    np.testing.assert_array_equal(grads[0], np.ones(3))
 
 
 def test_clip_grad_norm_rejects_negative_max_norm():

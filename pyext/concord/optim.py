@@ -36,10 +36,6 @@ from .sharded import ShardedArray, flatten, local
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
 
-# torch.nn.utils.clip_grad_norm_ divides by norm + 1e-6, so that a zero norm
-# never divides by zero; the same constant keeps results interchangeable.
-_CLIP_EPS = 1e-6
-
 def _is_sharded(x) -> bool:
     return isinstance(x, ShardedArray)
 
@@ -176,44 +172,23 @@ def _shard_groups(sharded: list, comm) -> list:
     return list(groups.values())
 
 
-def _sharded_sum_of_squares(sharded: list, comm) -> float:
-    """Sum of squares of the full arrays behind ShardedArray leaves: each
-    rank's local squares, summed over the communicator of the axis each leaf
-    is sharded on (or `comm`): one small all-reduce per communicator."""
-    total = 0.0
-    for over, shards in _shard_groups(sharded, comm):
-        partial = np.array([_capi.sum_of_squares(shards)])
-        collectives.all_reduce(partial, comm=over, out=partial)
-        total += float(partial[0])
-    return total
-
-
-def _clip_on_device(leaves, sharded, replicated, max_norm, comm):
-    """clip_grad_norm for CUDA leaves with no host synchronisation: the sum
-    of squares stays in a one-element float64 array on the device, the
-    shards' partial sums are all-reduced there, and the clipping factor is
-    computed by the kernel that applies it. Returns the norm as a 0-d array
-    of the leaves' type."""
-    first = local(leaves[0])
-    xp = namespace(first)
-    total = xp.zeros((1,), dtype=xp.float64, device=device(first))
-    if replicated:
-        _capi.sum_of_squares_into(replicated, total)
-    for over, shards in _shard_groups(sharded, comm):
-        partial = xp.empty((1,), dtype=xp.float64, device=device(first))
-        _capi.sum_of_squares_into(shards, partial)
-        collectives.all_reduce(partial, comm=over, out=partial)
-        total = total + partial
-    _capi.clip_by_sum_of_squares([local(leaf) for leaf in leaves], total, max_norm)
-    return xp.sqrt(total)[0]
+def _zero_sum(like):
+    """A one-element float64 zero where `like` lives: on its CUDA device, or
+    a NumPy array on the host."""
+    if like is not None and on_cuda(like):
+        xp = namespace(like)
+        return xp.zeros((1,), dtype=xp.float64, device=device(like))
+    return np.zeros(1)
 
 
 def clip_grad_norm(grads, max_norm: float, *, comm=None):
     """Scales `grads` in place so their global L2 norm is at most `max_norm`
-    (as torch.nn.utils.clip_grad_norm_: by max_norm / (norm + 1e-6) when that
-    is below 1) and returns the norm before clipping: a float for host
-    arrays; for CUDA arrays a 0-d array of their type on their device, as
-    nothing here waits for the device (``float(norm)`` does).
+    and returns the norm before clipping: a float for host arrays; for CUDA
+    arrays a 0-d array of their type on their device, as nothing here waits
+    for the device (``float(norm)`` does). As
+    torch.nn.utils.clip_grad_norm_, the factor is
+    min(1, max_norm / (norm + 1e-6)): a NaN norm makes every gradient NaN,
+    an infinite one multiplies them by 0.
 
     The norm covers every leaf in one fused pass (float64 accumulation).
     Leaves that are ShardedArray hold a shard of a larger gradient: their
@@ -222,19 +197,26 @@ def clip_grad_norm(grads, max_norm: float, *, comm=None):
     so every rank gets the norm of the full gradients. Replicated leaves are
     counted once, as they are: call this after the gradients were
     synchronised.
+
+    The sum of squares stays where the leaves live (on the device for CUDA
+    leaves, with no host synchronisation), and the C kernel that scales
+    them computes the factor from it, on the host as on a device.
     """
-    if not max_norm >= 0.0:
-        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
     leaves, _ = flatten(grads)
+    arrays = [local(leaf) for leaf in leaves]
+    total = _zero_sum(arrays[0] if arrays else None)
     sharded = [leaf for leaf in leaves if _is_sharded(leaf)]
-    replicated = [leaf for leaf in leaves if not _is_sharded(leaf)]
-    if leaves and on_cuda(local(leaves[0])):
-        return _clip_on_device(leaves, sharded, replicated, max_norm, comm)
-    squares = _capi.sum_of_squares(replicated) if replicated else 0.0
-    if sharded:
-        squares += _sharded_sum_of_squares(sharded, comm)
-    norm = math.sqrt(squares)
-    coefficient = max_norm / (norm + _CLIP_EPS)
-    if coefficient < 1.0:
-        _capi.scale([local(leaf) for leaf in leaves], coefficient)
-    return norm
+    if sharded:  # max_norm is checked (by the kernel, on no arrays) before sums travel
+        _capi.clip_by_sum_of_squares([], total, max_norm)
+    replicated = [local(leaf) for leaf in leaves if not _is_sharded(leaf)]
+    if replicated:
+        _capi.sum_of_squares_into(replicated, total)
+    for over, shards in _shard_groups(sharded, comm):
+        partial = _zero_sum(shards[0])
+        _capi.sum_of_squares_into(shards, partial)
+        collectives.all_reduce(partial, comm=over, out=partial)
+        total = total + partial
+    _capi.clip_by_sum_of_squares(arrays, total, max_norm)
+    if isinstance(total, np.ndarray):
+        return math.sqrt(total[0])
+    return namespace(total).sqrt(total)[0]
