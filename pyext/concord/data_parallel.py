@@ -4,8 +4,10 @@ The names follow the JAX libraries they replace (datarax, xlstm-jax,
 artifex): placing batches and model state on a mesh's ranks, ZeRO/FSDP-style
 parameter sharding (shard_params, gather_params,
 gather_array_with_mean_grads), and gradient reductions (sync_gradients,
-reduce_gradients_across_devices). Gradient buckets (GradientSynchronizer)
-and train_step live in concord.training.
+reduce_gradients_across_devices). Those libraries' other names for them
+(shard_batch, DataParallel.*_static, ...) are bound from concord._aliases,
+the one table of such names. Gradient buckets (GradientSynchronizer) and
+train_step, which those libraries list here too, live in concord.training.
 
 Every rank runs the same program on its own copy of the data (SPMD), so
 "placing" means each rank keeps its own block. pytrees are walked with
@@ -25,7 +27,7 @@ import numpy as np
 import optree
 from array_api_compat import device as array_device
 
-from . import _world, collectives
+from . import _aliases, _world, collectives
 from ._pytree import agree, fused_all_gather, fused_all_reduce, fused_broadcast, group_indices
 from .arrays import as_array, front_to_axis, namespace
 from .errors import InvalidArgumentError
@@ -45,7 +47,6 @@ __all__ = [
     "DataParallel",
     "GradientSynchronizer",
     "ShardedArray",
-    "all_reduce_gradients",
     "create_data_parallel_sharding",
     "gather_array_with_mean_grads",
     "gather_params",
@@ -53,11 +54,10 @@ __all__ = [
     "place_model_state_on_shards",
     "reduce_gradients_across_devices",
     "replicate_params",
-    "shard_batch",
-    "shard_model_state",
     "shard_params",
     "sync_gradients",
     "train_step",
+    *_aliases.FUNCTIONS,
 ]
 
 
@@ -168,9 +168,6 @@ def place_batch_on_shards(batch, sharding, *, uneven="error"):
     return optree.tree_map_with_path(shard, batch)
 
 
-shard_batch = place_batch_on_shards
-
-
 def _specs_by_path(leaf_paths, specs):
     """PartitionSpec per leaf path from a {path: spec} dict whose keys are
     paths ("a/b/0" or a tuple) or prefixes of paths (the longest wins)."""
@@ -237,9 +234,6 @@ def place_model_state_on_shards(state, mesh, param_sharding="replicate"):
             x = as_array(leaf)
             placed.append(x[NamedSharding(mesh, spec).local_slices(tuple(x.shape))])
     return optree.tree_unflatten(treespec, placed)
-
-
-shard_model_state = place_model_state_on_shards
 
 
 def _comm_of(mesh_or_comm):
@@ -431,9 +425,6 @@ def reduce_gradients_across_devices(grads, reduce_type="mean", axis_name=None, *
                                             for leaf, value in zip(leaves, reduced)])
 
 
-all_reduce_gradients = reduce_gradients_across_devices
-
-
 # ---- the artifex-style class ----------------------------------------------------
 
 def _create_mesh(mesh_shape=None, *, comm=None, data_axis="data"):
@@ -451,22 +442,9 @@ class DataParallel:
     else a 1-D mesh over the world along `data_axis`, made on first use.
     Every method taking an optional `mesh` uses the given one instead. Each
     method also exists as a ``*_static`` static method: the module-level
-    function, which takes the mesh (or sharding) explicitly.
+    function, which takes the mesh (or sharding) explicitly (bound from
+    concord._aliases, with the methods' other names).
     """
-
-    # Defined before the methods of the same names, which would otherwise
-    # shadow the module-level functions here.
-    create_mesh_static = staticmethod(_create_mesh)
-    create_sharding_static = staticmethod(create_data_parallel_sharding)
-    create_data_parallel_sharding_static = staticmethod(create_data_parallel_sharding)
-    shard_batch_static = staticmethod(place_batch_on_shards)
-    shard_model_state_static = staticmethod(place_model_state_on_shards)
-    replicate_params_static = staticmethod(replicate_params)
-    shard_params_static = staticmethod(shard_params)
-    gather_params_static = staticmethod(gather_params)
-    sync_gradients_static = staticmethod(sync_gradients)
-    reduce_gradients_static = staticmethod(reduce_gradients_across_devices)
-    all_reduce_gradients_static = staticmethod(reduce_gradients_across_devices)
 
     def __init__(self, mesh=None, *, data_axis="data"):
         self._mesh = mesh
@@ -528,5 +506,6 @@ class DataParallel:
         """See reduce_gradients_across_devices; None: the whole mesh."""
         return reduce_gradients_across_devices(grads, reduce_type, axis_name, mesh=self.mesh)
 
-    create_data_parallel_sharding = create_sharding
-    all_reduce_gradients = reduce_gradients
+
+_aliases.bind_functions(globals())
+_aliases.bind_methods(DataParallel, globals())

@@ -4,8 +4,9 @@ Two APIs:
 
 - functional reductions of metric pytrees across ranks (datarax):
   reduce_mean / reduce_sum / reduce_max / reduce_min, reduce_custom,
-  reduce_mean_collective / reduce_sum_collective, all_gather,
-  collect_from_devices (see concord.metrics.functional);
+  reduce_mean_collective / reduce_sum_collective (datarax's names, bound
+  from concord._aliases), all_gather, collect_from_devices (see
+  concord.metrics.functional);
 - stateful metrics with local updates and an asynchronous fused sync
   (d9d, torchmetrics): Metric and its implementations, MetricCollection
   (see concord.metrics.base for the lifecycle and how the synced totals
@@ -18,6 +19,8 @@ the device, and functional reductions return each leaf's own type on its
 own device.
 """
 
+from .. import _aliases
+from . import aggregation, classification, functional
 from .aggregation import Cat, Max, Mean, Min, Sum, WeightedMean
 from .base import Metric
 from .classification import (
@@ -36,35 +39,17 @@ from .functional import (
     reduce_custom,
     reduce_max,
     reduce_mean,
-    reduce_mean_collective,
     reduce_min,
     reduce_sum,
-    reduce_sum_collective,
 )
 
 __all__ = [
-    "Accuracy",
-    "BinaryAUROC",
-    "Cat",
-    "ConfusionMatrix",
-    "F1Score",
-    "FBetaScore",
-    "Max",
-    "Mean",
+    *aggregation.__all__,
+    *classification.__all__,
+    *functional.__all__,
+    *_aliases.COLLECTIVES,
     "Metric",
     "MetricCollection",
-    "Min",
-    "Precision",
-    "Recall",
-    "Sum",
-    "WeightedMean",
-    "all_gather",
-    "collect_from_devices",
-    "reduce_custom",
-    "reduce_max",
-    "reduce_mean",
-    "reduce_mean_collective",
-    "reduce_min",
-    "reduce_sum",
-    "reduce_sum_collective",
 ]
+
+_aliases.bind_collectives(globals())

@@ -42,10 +42,8 @@ __all__ = [
     "reduce_custom",
     "reduce_max",
     "reduce_mean",
-    "reduce_mean_collective",
     "reduce_min",
     "reduce_sum",
-    "reduce_sum_collective",
 ]
 
 OPS = ("mean", "sum", "max", "min")
@@ -198,17 +196,6 @@ def reduce_max(metrics, *, axis_name=None):
 def reduce_min(metrics, *, axis_name=None):
     """Element-wise minimum of every leaf across ranks."""
     return _reduce_all(metrics, "min", axis_name)
-
-
-def reduce_mean_collective(metrics, axis_name="batch"):
-    """reduce_mean over `axis_name` (the seeds' default "batch" means the
-    whole world when no mesh is active)."""
-    return reduce_mean(metrics, axis_name=axis_name)
-
-
-def reduce_sum_collective(metrics, axis_name="batch"):
-    """reduce_sum over `axis_name`."""
-    return reduce_sum(metrics, axis_name=axis_name)
 
 
 def _gather_leaves(leaves, axis_name):
