@@ -7,7 +7,6 @@ torch result is checked against the same metric fed NumPy arrays, and
 against the NumPy references of test_metrics, on 1-3 ranks.
 """
 
-import importlib.util
 import warnings
 from pathlib import Path
 
@@ -19,19 +18,11 @@ import concord as cc
 from concord import metrics as M
 from concord._host import device_key, to_host
 from concord.metrics.sync import Entry, StateSpec, _signature
+from helpers import load_module
 
 
-def _load_reference_module():
-    """test_metrics (its data set, metrics and NumPy references), loaded
-    from its file: the suite imports test modules by path, not as a package."""
-    path = Path(__file__).with_name("test_metrics.py")
-    spec = importlib.util.spec_from_file_location("_concord_metrics_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-base = _load_reference_module()
+# test_metrics: its data set, metrics and NumPy references.
+base = load_module(Path(__file__).with_name("test_metrics.py"), "_concord_metrics_reference")
 
 
 @pytest.fixture
