@@ -57,7 +57,6 @@ __all__ = [
     "shard_params",
     "sync_gradients",
     "train_step",
-    *_aliases.FUNCTIONS,
 ]
 
 
@@ -509,3 +508,4 @@ class DataParallel:
 
 _aliases.bind_functions(globals())
 _aliases.bind_methods(DataParallel, globals())
+__all__ += _aliases.FUNCTIONS

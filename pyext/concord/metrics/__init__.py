@@ -20,7 +20,6 @@ own device.
 """
 
 from .. import _aliases
-from . import aggregation, classification, functional
 from .aggregation import Cat, Max, Mean, Min, Sum, WeightedMean
 from .base import Metric
 from .classification import (
@@ -44,12 +43,29 @@ from .functional import (
 )
 
 __all__ = [
-    *aggregation.__all__,
-    *classification.__all__,
-    *functional.__all__,
-    *_aliases.COLLECTIVES,
+    "Accuracy",
+    "BinaryAUROC",
+    "Cat",
+    "ConfusionMatrix",
+    "F1Score",
+    "FBetaScore",
+    "Max",
+    "Mean",
     "Metric",
     "MetricCollection",
+    "Min",
+    "Precision",
+    "Recall",
+    "Sum",
+    "WeightedMean",
+    "all_gather",
+    "collect_from_devices",
+    "reduce_custom",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_sum",
 ]
 
 _aliases.bind_collectives(globals())
+__all__ += _aliases.COLLECTIVES
