@@ -261,6 +261,10 @@ def replicate_params(params, mesh_or_comm=None, root=0):
 
 # ---- parameter sharding (ZeRO / FSDP, the xlstm-jax rules) ---------------------
 
+# Leaves of at most this many elements stay whole (xlstm-jax's default).
+MIN_WEIGHT_SIZE = 2**18
+
+
 def _axis_extent(axis_name, mesh):
     """(number of ranks, this rank's index) along `axis_name`."""
     mesh = mesh if mesh is not None else current_mesh()
@@ -278,7 +282,7 @@ def _shard_dim(shape, count):
     return max(divisible, key=lambda dim: (shape[dim], dim)) if divisible else None
 
 
-def shard_params(params, axis_name, *, mesh=None, min_weight_size=2**18):
+def shard_params(params, axis_name, *, mesh=None, min_weight_size=MIN_WEIGHT_SIZE):
     """Each rank keeps its block of every large parameter, split over
     `axis_name` (the xlstm-jax rule).
 
@@ -486,7 +490,7 @@ class DataParallel:
         """Every rank gets `root`'s params (see replicate_params)."""
         return replicate_params(params, self._pick(mesh), root)
 
-    def shard_params(self, params, axis_name=None, *, min_weight_size=2**18):
+    def shard_params(self, params, axis_name=None, *, min_weight_size=MIN_WEIGHT_SIZE):
         """See shard_params; the axis defaults to the data axis (ZeRO-3)."""
         return shard_params(params, axis_name or self.data_axis, mesh=self.mesh,
                             min_weight_size=min_weight_size)
