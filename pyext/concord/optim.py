@@ -36,6 +36,7 @@ from .sharded import ShardedArray, flatten, local
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
 
+
 def _is_sharded(x) -> bool:
     return isinstance(x, ShardedArray)
 
