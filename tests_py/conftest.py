@@ -1,7 +1,8 @@
-"""Shared fixtures: a clean job environment, a world of one in this process,
-ranks run as threads of this process (cheap multi-rank checks), and what
-the GPU tests need (the `gpu` marker, CUDA array libraries, ranks as fresh
-processes sharing the GPU)."""
+"""Shared fixtures: a clean job environment, fresh random seeds, a world of
+one in this process, ranks run as threads of this process (cheap
+multi-rank checks), and what the GPU tests need (the `gpu` marker, CUDA
+array libraries, ranks as fresh processes sharing the GPU). Shared helper
+functions are in helpers.py."""
 
 import functools
 import json
@@ -16,10 +17,15 @@ import threading
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import concord as cc
 from concord import _capi
+
+# --import-mode=importlib puts no test directory on sys.path; the test
+# modules (and the ranks they start) import helpers.py by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Rendezvous settings the test process may have inherited (from a launcher
 # running the suite, say); every job here starts from a clean slate. Of
@@ -38,6 +44,27 @@ def _clean_job(monkeypatch):
             monkeypatch.delenv(name)
     yield
     cc.shutdown()
+
+
+@pytest.fixture
+def seed():
+    """A fresh random seed for the test's data; a failing test reports it."""
+    return secrets.randbits(32)
+
+
+@pytest.fixture
+def rng(seed):
+    """A random generator seeded with the test's `seed`."""
+    return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    seed = getattr(item, "funcargs", {}).get("seed")
+    if report.failed and seed is not None:
+        report.sections.append(("seed", f"the test's data came from seed {seed}"))
+    return report
 
 
 @pytest.fixture

@@ -13,25 +13,18 @@ The GPU itself is chosen by the function (several ranks may share one GPU:
 see test_gpu_collectives.share_the_gpu).
 """
 
-import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
-
-def load_module(path):
-    """The module at `path`, imported under a private name."""
-    path = Path(path)
-    spec = importlib.util.spec_from_file_location(f"_concord_gpu_test_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from helpers import load_module  # this directory is sys.path[0] for a script
 
 
 def main(argv):
     module_file, function, args, out_dir = argv
-    fn = getattr(load_module(module_file), function)
+    module = load_module(module_file, f"_concord_gpu_test_{Path(module_file).stem}")
+    fn = getattr(module, function)
     result = fn(*json.loads(args))
     rank = os.environ["RANK"]
     path = Path(out_dir) / f"rank{rank}.json"

@@ -11,16 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers import concord_main
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "c" / "allreduce.c"
 # The example must stay warning-free, strict C99 against the public header.
 CFLAGS = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror"]
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
-
-
-def _concord_dir(flag: str) -> str:
-    return subprocess.run([sys.executable, "-m", "concord", flag], capture_output=True, text=True,
-                          timeout=60, check=True).stdout.strip()
 
 
 def _compile(output: Path, flags: list[str]) -> Path:
@@ -32,8 +29,8 @@ def _compile(output: Path, flags: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory) -> Path:
-    libdir = _concord_dir("--libdir")
-    includedir = _concord_dir("--includedir")
+    libdir = concord_main("--libdir")
+    includedir = concord_main("--includedir")
     flags = [f"-I{includedir}", f"-L{libdir}", f"-Wl,-rpath,{libdir}", "-lconcord"]
     return _compile(tmp_path_factory.mktemp("c_example") / "allreduce", flags)
 
@@ -65,7 +62,7 @@ def test_rejects_a_bad_count(example):
 
 @pytest.mark.skipif(shutil.which("pkg-config") is None, reason="needs pkg-config")
 def test_compiles_with_pkg_config(tmp_path):
-    env = os.environ | {"PKG_CONFIG_PATH": _concord_dir("--pkgconfigdir")}
+    env = os.environ | {"PKG_CONFIG_PATH": concord_main("--pkgconfigdir")}
     flags = subprocess.run(["pkg-config", "--cflags", "--libs", "concord"], env=env,
                            capture_output=True, text=True, timeout=60, check=True).stdout.split()
     binary = _compile(tmp_path / "allreduce", flags)

@@ -7,7 +7,6 @@ compute the reference itself.
 """
 
 import os
-import secrets
 import sys
 import threading
 
@@ -16,50 +15,18 @@ import pytest
 
 import concord as cc
 from concord import arrays
+from helpers import RankChecks, ops_for, rank_data, report, wide_reference
 
 DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
-OPS = ["sum", "mean", "max", "min", "prod"]
 LARGE = 1000003
 SIZES = [0, 1, 7, 10007, LARGE]  # 10007 float32: past the one-shot path, within one chunk
 TOLERANCE = {"float16": (2e-3, 2e-3), "float32": (1e-5, 1e-6), "float64": (1e-12, 1e-12)}
 
 
-def ops_for(dtype):
-    return ["max", "min"] if dtype == "bool" else OPS
-
-
-def rank_data(seed, rank, case, dtype, shape, op="sum"):
-    """One rank's data for one case, in ranges where no reference overflows."""
-    rng = np.random.default_rng([seed, rank, case])
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind == "f":
-        low, high = (0.5, 1.5) if op == "prod" else (-2.0, 2.0)
-        return rng.uniform(low, high, shape).astype(dtype)
-    if dtype.kind == "u":
-        return rng.integers(0, 3 if op == "prod" else 40, shape, dtype=dtype)
-    low, high = (-2, 3) if op == "prod" else (-20, 21)
-    return rng.integers(low, high, shape, dtype=dtype)
-
-
 def reference_reduce(arrays, op):
-    """op over the arrays as concord defines it: float16 accumulates in
-    float32, integer means truncate toward zero."""
-    stack = np.stack(arrays)
-    dtype = stack.dtype
-    if op in ("max", "min"):
-        return getattr(stack, op)(axis=0)
-    if dtype.kind == "f":
-        acc = stack.astype(np.float32 if dtype.itemsize < 4 else dtype)
-        if op == "prod":
-            return acc.prod(axis=0).astype(dtype)
-        total = acc.sum(axis=0)
-        return (total / acc.dtype.type(len(arrays)) if op == "mean" else total).astype(dtype)
-    if op == "mean":
-        return np.trunc(stack.astype(np.float64).sum(axis=0) / len(arrays)).astype(dtype)
-    wide = stack.astype(np.int64)
-    return (wide.prod(axis=0) if op == "prod" else wide.sum(axis=0)).astype(dtype)
+    """op over the arrays as concord defines it, in their dtype."""
+    dtype = arrays[0].dtype
+    return wide_reference(arrays, op, dtype.name).astype(dtype)
 
 
 def difference(result, expected):
@@ -81,30 +48,19 @@ def difference(result, expected):
             f"{result[first]!r} != {expected[first]!r}")
 
 
-class RankChecks:
-    """The checks of one rank; failures are collected, not raised, so one
-    run reports all of them."""
+class Checks(RankChecks):
+    """The checks of one rank of the world, on NumPy arrays."""
 
     def __init__(self, seed):
-        self.seed = seed
-        self.rank = cc.rank()
-        self.size = cc.world_size()
-        self.case = 0
-        self.failures = []
+        super().__init__(seed, cc.rank(), cc.world_size())
+
+    def difference(self, result, expected):
+        return difference(result, expected)
 
     def data(self, dtype, shape, op="sum"):
         """Every rank's data for a new case; this rank's is [self.rank]."""
         self.case += 1
         return [rank_data(self.seed, r, self.case, dtype, shape, op) for r in range(self.size)]
-
-    def expect(self, label, result, expected):
-        problem = difference(result, expected)
-        if problem is not None:
-            self.failures.append(f"rank {self.rank} case {self.case} {label}: {problem}")
-
-    def expect_true(self, label, condition):
-        if not condition:
-            self.failures.append(f"rank {self.rank} case {self.case} {label}")
 
     def expect_untouched(self, label, x, copy):
         self.expect_true(f"{label}: the input changed", np.array_equal(x, copy))
@@ -259,7 +215,7 @@ class RankChecks:
 
 def _check_everything(seed):
     cc.init(timeout=120.0)
-    checks = RankChecks(seed)
+    checks = Checks(seed)
     last = checks.size - 1
     for dtype in DTYPES:
         for size in SIZES:
@@ -280,7 +236,7 @@ def _check_everything(seed):
 def _check_many_chunks(seed, chunk_bytes):
     os.environ["CONCORD_SHM_CHUNK_BYTES"] = str(chunk_bytes)
     cc.init(timeout=120.0)
-    checks = RankChecks(seed)
+    checks = Checks(seed)
     for dtype in ["float16", "float32", "float64", "int8", "int64", "bool"]:
         per_chunk = chunk_bytes // np.dtype(dtype).itemsize
         for size in [per_chunk - 1, per_chunk, per_chunk + 1, 3 * per_chunk + 5, LARGE]:
@@ -293,14 +249,7 @@ def _check_many_chunks(seed, chunk_bytes):
 
 
 def _report(seed, per_rank_failures):
-    failures = [failure for rank in per_rank_failures for failure in rank]
-    shown = "\n".join(failures[:40])
-    return f"seed {seed}: {len(failures)} checks failed\n{shown}"
-
-
-@pytest.fixture
-def seed():
-    return secrets.randbits(32)
+    return report([failure for rank in per_rank_failures for failure in rank], seed)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])

@@ -7,7 +7,6 @@ computes the references itself from what the ranks return.
 
 import collections
 import math
-import secrets
 import warnings
 
 import numpy as np
@@ -45,10 +44,6 @@ def assert_trees_equal(actual, expected):
         assert type(a) is type(e)
         assert a.dtype == e.dtype and a.shape == e.shape
         assert np.array_equal(a, e)
-
-
-def _launch(fn, nprocs, *args):
-    return cc.launch(fn, nprocs, *args)
 
 
 # ---- batches --------------------------------------------------------------------
@@ -98,9 +93,8 @@ def _batch_job(seed, mesh_shape, names, spec):
     ((2, 2), ("data", "fsdp"), ("data",)),
     ((2, 2), ("data", "fsdp"), ("data", "fsdp")),
 ])
-def test_shard_batch_matches_numpy_slicing(mesh_shape, names, spec):
-    seed = secrets.randbits(32)
-    results = _launch(_batch_job, math.prod(mesh_shape), seed, mesh_shape, names, spec)
+def test_shard_batch_matches_numpy_slicing(seed, mesh_shape, names, spec):
+    results = cc.launch(_batch_job, math.prod(mesh_shape), seed, mesh_shape, names, spec)
     shards = mesh_shape[0]
     for coords, seen in results:
         index = coords["data"]
@@ -215,9 +209,8 @@ def check_sharded(sharded, params, shards, index, min_weight_size, axis):
     (4, (2, 2), ("data", "fsdp"), "fsdp"),
     (4, (2, 2), ("data", "fsdp"), ("data", "fsdp")),
 ])
-def test_shard_params_rule_and_gather_round_trip(nprocs, mesh_shape, names, axis):
-    seed = secrets.randbits(32)
-    results = _launch(_params_job, nprocs, seed, mesh_shape, names, axis)
+def test_shard_params_rule_and_gather_round_trip(seed, nprocs, mesh_shape, names, axis):
+    results = cc.launch(_params_job, nprocs, seed, mesh_shape, names, axis)
     shards = nprocs if mesh_shape is None else math.prod(
         mesh_shape[names.index(name)] for name in ((axis,) if isinstance(axis, str) else axis))
     for index, runs in results:
@@ -274,11 +267,10 @@ def _gather_grads_job(seed, mesh_shape, axis, x_dtype, gather_dtype, scatter_dty
     (4, (2, 2), "data")])
 @pytest.mark.parametrize("x_dtype, gather_dtype, scatter_dtype", [
     ("float32", None, None), ("float64", "float32", "float32")])
-def test_gather_array_with_mean_grads(nprocs, mesh_shape, axis, x_dtype, gather_dtype,
+def test_gather_array_with_mean_grads(seed, nprocs, mesh_shape, axis, x_dtype, gather_dtype,
                                       scatter_dtype):
-    seed = secrets.randbits(32)
-    results = _launch(_gather_grads_job, nprocs, seed, mesh_shape, axis, x_dtype,
-                      gather_dtype, scatter_dtype)
+    results = cc.launch(_gather_grads_job, nprocs, seed, mesh_shape, axis, x_dtype,
+                        gather_dtype, scatter_dtype)
     for rank, (full, grad_block) in enumerate(results):
         if mesh_shape is None:
             group = list(range(nprocs))
@@ -364,9 +356,8 @@ def check_synced(seed, rank, synced, names):
         np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance, err_msg=key)
 
 
-def test_sync_gradients_on_a_2x2_mesh():
-    seed = secrets.randbits(32)
-    results = _launch(_sync_job, 4, seed)
+def test_sync_gradients_on_a_2x2_mesh(seed):
+    results = cc.launch(_sync_job, 4, seed)
     for rank, seen in enumerate(results):
         for synced, names in zip(seen, SYNC_CALLS + [("data", "fsdp")]):
             check_synced(seed, rank, synced, names)
@@ -389,9 +380,8 @@ def _reduce_job(seed):
 
 
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
-def test_reduce_gradients_across_devices(nprocs):
-    seed = secrets.randbits(32)
-    results = _launch(_reduce_job, nprocs, seed)
+def test_reduce_gradients_across_devices(seed, nprocs):
+    results = cc.launch(_reduce_job, nprocs, seed)
     for seen in results:
         for key in ("w", "b", "int"):
             stack = np.stack([(make_grads(seed, r).get(key) if key != "int"
@@ -463,7 +453,7 @@ def _mismatch_job():
 
 
 def test_mismatched_pytrees_raise_mismatch_error():
-    results = _launch(_mismatch_job, 3)
+    results = cc.launch(_mismatch_job, 3)
     for rank, seen in enumerate(results):
         assert seen["after"] == 3.0
         assert "ranks [0, 2]; ranks [1]" in seen["sync"]
@@ -509,9 +499,8 @@ def _state_job(seed):
     return results
 
 
-def test_replicate_and_place_model_state():
-    seed = secrets.randbits(32)
-    results = _launch(_state_job, 3, seed)
+def test_replicate_and_place_model_state(seed):
+    results = cc.launch(_state_job, 3, seed)
     zero, two = _state(seed, 0), _state(seed, 2)
     for rank, seen in enumerate(results):
         own = _state(seed, rank)
@@ -531,7 +520,7 @@ def test_replicate_and_place_model_state():
         assert "no leaf has the path 'enc/v'" in seen["unknown path"]
         assert "param_sharding must be" in seen["mode"]
         assert "not divisible by 3" in seen["indivisible"]
-        assert "root 3 is out of range" in seen["root"]
+        assert "broadcast: root 3 is outside [0, 3)" in seen["root"]
 
 
 # ---- the DataParallel class ------------------------------------------------------
@@ -561,9 +550,8 @@ def _class_job(seed):
     }
 
 
-def test_data_parallel_class_on_two_ranks():
-    seed = secrets.randbits(32)
-    results = _launch(_class_job, 2, seed)
+def test_data_parallel_class_on_two_ranks(seed):
+    results = cc.launch(_class_job, 2, seed)
     params0 = {"w": data(seed, 0, "w", (8, 4)), "b": data(seed, 0, "b", (3,))}
     grads = [data(seed, r, "gw", (8, 4)) for r in range(2)]
     for rank, seen in enumerate(results):

@@ -154,10 +154,16 @@ def test_mixed_devices(world1):
 def test_root_out_of_range(world1):
     x = np.arange(3.0)
     for root in (1, -1):
-        _raises_untouched(
-            InvalidArgumentError,
-            f"broadcast: root {root} is out of range for a communicator of size 1",
-            lambda: cc.broadcast(x, root), x)
+        _raises_untouched(InvalidArgumentError, f"broadcast: root {root} is outside [0, 1)",
+                          lambda: cc.broadcast(x, root), x)
+
+
+@pytest.mark.parametrize("root", [0.0, "0", None, 2**40])
+def test_root_not_a_c_int(world1, root):
+    x = np.arange(3.0)
+    _raises_untouched(InvalidArgumentError,
+                      f"broadcast: root must be an integer within a C int's range, got {root!r}",
+                      lambda: cc.broadcast(x, root), x)
 
 
 def test_axis_errors(world1):

@@ -16,7 +16,6 @@ synchronisation than that stream's.
 """
 
 import os
-import secrets
 import shutil
 import subprocess
 
@@ -24,39 +23,25 @@ import numpy as np
 import pytest
 
 import concord as cc
+from helpers import (
+    FLOATS,
+    SLEEP_CYCLES,
+    RankChecks,
+    delay,
+    host,
+    ops_for,
+    rank_data,
+    report,
+    wide_reference,
+)
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
-OPS = ["sum", "prod", "max", "min", "mean"]
 LARGE = 1000003
 SIZES = [0, 1, 7, LARGE]
 TOLERANCE = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2), "float32": (1e-6, 1e-6),
              "float64": (1e-12, 1e-12)}
-FLOATS = ("float16", "bfloat16", "float32", "float64")
-# About 10 ms of GPU time at H200 clocks: long enough that a collective not
-# ordered after the stream's pending work would read the input before it is
-# written.
-SLEEP_CYCLES = 20_000_000
-
-
-def ops_for(dtype):
-    return ["max", "min"] if dtype == "bool" else OPS
-
-
-def host_data(seed, rank, case, dtype, shape, op="sum"):
-    """One rank's data for one case as NumPy, in ranges where no reference
-    overflows (bfloat16 data as float32 values, rounded later)."""
-    rng = np.random.default_rng([seed, rank, case])
-    if dtype == "bool":
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype in FLOATS:
-        low, high = (0.5, 1.5) if op == "prod" else (-2.0, 2.0)
-        return rng.uniform(low, high, shape).astype("float32" if dtype == "bfloat16" else dtype)
-    if dtype == "uint8":
-        return rng.integers(0, 3 if op == "prod" else 40, shape, dtype=dtype)
-    low, high = (-2, 3) if op == "prod" else (-20, 21)
-    return rng.integers(low, high, shape, dtype=dtype)
 
 
 def to_torch(torch, array, dtype):
@@ -64,36 +49,10 @@ def to_torch(torch, array, dtype):
     return torch.from_numpy(np.array(array, order="C")).to(getattr(torch, dtype))
 
 
-def to_numpy(tensor):
-    """A CPU tensor as NumPy; bfloat16 widened to float32 (exactly)."""
-    tensor = tensor.detach().cpu()
-    if str(tensor.dtype) == "torch.bfloat16":
-        tensor = tensor.float()
-    return tensor.numpy()
-
-
 def reference_reduce(torch, tensors, op):
-    """op over CPU tensors as concord defines it: 16-bit floats accumulate in
-    float32, integer means truncate toward zero."""
+    """op over CPU tensors as concord defines it, in their dtype."""
     dtype = str(tensors[0].dtype).removeprefix("torch.")
-    stack = np.stack([to_numpy(t) for t in tensors])
-    if op in ("max", "min"):
-        result = getattr(stack, op)(axis=0)
-    elif dtype in FLOATS:
-        acc = stack.astype(np.float64 if dtype == "float64" else np.float32)
-        if op == "prod":
-            result = acc.prod(axis=0)
-        else:
-            total = acc.sum(axis=0)
-            result = total / acc.dtype.type(len(tensors)) if op == "mean" else total
-    elif op == "mean":
-        result = np.trunc(stack.astype(np.float64).sum(axis=0) / len(tensors))
-    else:
-        wide = stack.astype(np.int64)
-        result = wide.prod(axis=0) if op == "prod" else wide.sum(axis=0)
-    if dtype not in FLOATS and dtype != "bool":
-        result = result.astype(np.int64)
-    return to_torch(torch, result, dtype)
+    return to_torch(torch, wide_reference([host(t) for t in tensors], op, dtype), dtype)
 
 
 def difference(torch, result, expected, device):
@@ -120,27 +79,14 @@ def difference(torch, result, expected, device):
             f"{got[first].item()!r} != {expected[first].item()!r}")
 
 
-def delay(torch):
-    """Queues a sleep kernel on the current stream (when torch has one)."""
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is not None:
-        sleep(SLEEP_CYCLES)
-
-
-class Checks:
-    """The checks of one rank; failures are collected, not raised, so one
-    run reports all of them (and every rank keeps issuing the same
-    collectives)."""
+class Checks(RankChecks):
+    """The checks of one rank of the world, on CUDA torch tensors."""
 
     def __init__(self, torch, seed, device=None):
+        super().__init__(seed, cc.rank(), cc.world_size())
         self.torch = torch
-        self.seed = seed
-        self.rank = cc.rank()
-        self.size = cc.world_size()
         self.device = torch.device("cuda", torch.cuda.current_device()) if device is None \
             else device
-        self.case = 0
-        self.failures = []
 
     # ---- data and expectations
 
@@ -148,25 +94,15 @@ class Checks:
         """Every rank's data (CPU tensors) for a new case; this rank's is
         [self.rank]."""
         self.case += 1
-        return [to_torch(self.torch, host_data(self.seed, r, self.case, dtype, shape, op), dtype)
+        return [to_torch(self.torch, rank_data(self.seed, r, self.case, dtype, shape, op), dtype)
                 for r in range(self.size)]
 
     def mine(self, xs):
         """This rank's tensor of a case, on the GPU."""
         return xs[self.rank].to(self.device, copy=True)
 
-    def fail(self, label, problem):
-        self.failures.append(f"seed {self.seed} rank {self.rank} case {self.case} {label}: "
-                             f"{problem}")
-
-    def expect(self, label, result, expected):
-        problem = difference(self.torch, result, expected, self.device)
-        if problem is not None:
-            self.fail(label, problem)
-
-    def expect_true(self, label, condition):
-        if not condition:
-            self.fail(label, "check failed")
+    def difference(self, result, expected):
+        return difference(self.torch, result, expected, self.device)
 
     def expect_untouched(self, label, x, copy):
         if not self.torch.equal(x.cpu(), copy):
@@ -465,17 +401,8 @@ class Checks:
 
 
 @pytest.fixture
-def seed():
-    return secrets.randbits(32)
-
-
-@pytest.fixture
 def checks(torch_cuda, world1, seed):
     return Checks(torch_cuda, seed)
-
-
-def _report(failures):
-    return f"{len(failures)} checks failed:\n" + "\n".join(failures[:40])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -491,7 +418,7 @@ def test_every_collective_one_rank(checks, dtype):
     checks.all_gather_axes(dtype)
     checks.reduce_scatter_axis(dtype)
     cc.barrier()
-    assert not checks.failures, _report(checks.failures)
+    assert not checks.failures, report(checks.failures, checks.seed)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -501,7 +428,7 @@ def test_collectives_are_ordered_on_the_current_stream(checks, torch_cuda, dtype
     stream = torch.cuda.current_stream() if where == "default" else torch.cuda.Stream()
     for size in SIZES:
         checks.on_stream(dtype, (size,), stream, where)
-    assert not checks.failures, _report(checks.failures)
+    assert not checks.failures, report(checks.failures, checks.seed)
 
 
 def test_collectives_do_not_block_the_host(torch_cuda, world1):
@@ -523,7 +450,7 @@ def test_collectives_do_not_block_the_host(torch_cuda, world1):
 
 def test_host_out_for_a_cuda_input_is_refused(checks):
     checks.host_out_is_refused()
-    assert not checks.failures, _report(checks.failures)
+    assert not checks.failures, report(checks.failures, checks.seed)
 
 
 def test_out_of_another_dtype_or_device_is_refused(torch_cuda, world1):
@@ -622,4 +549,4 @@ def test_two_ranks_sharing_the_gpu(torch_cuda, process_ranks, seed):
                     "EXCLUSIVE_PROCESS compute mode (one process at a time)")
     results = process_ranks(2, two_ranks_on_one_gpu, seed, timeout=900.0)
     failures = [failure for rank in results for failure in rank]
-    assert not failures, _report(failures)
+    assert not failures, report(failures, seed)

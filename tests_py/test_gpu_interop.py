@@ -7,8 +7,6 @@ caller's current stream (torch.cuda.current_stream(), CuPy's current
 stream). CuPy tests skip when cupy is not installed.
 """
 
-import secrets
-
 import numpy as np
 import pytest
 
@@ -19,19 +17,11 @@ from concord import optim
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def seeded():
-    """(a fresh random generator, its seed for the failure messages)."""
-    seed = secrets.randbits(32)
-    return np.random.default_rng(seed), seed
-
-
 # ---- torch -----------------------------------------------------------------------
 
 
-def test_torch_in_torch_out(torch_cuda, world1, seeded):
+def test_torch_in_torch_out(torch_cuda, world1, rng, seed):
     torch = torch_cuda
-    rng, seed = seeded
     data = rng.standard_normal((4, 6)).astype(np.float32)
     x = torch.from_numpy(data).cuda()
     for name, result in [("all_reduce", cc.all_reduce(x, "max")),
@@ -47,9 +37,8 @@ def test_torch_in_torch_out(torch_cuda, world1, seeded):
         np.testing.assert_array_equal(result.cpu().numpy(), expected, err_msg=f"seed {seed}: {name}")
 
 
-def test_torch_in_place_and_out(torch_cuda, world1, seeded):
+def test_torch_in_place_and_out(torch_cuda, world1, rng, seed):
     torch = torch_cuda
-    rng, seed = seeded
     data = rng.integers(-100, 100, 1001).astype(np.int64)
     x = torch.from_numpy(data).cuda()
     assert cc.all_reduce(x, "sum", out=x) is x
@@ -62,11 +51,10 @@ def test_torch_in_place_and_out(torch_cuda, world1, seeded):
         np.testing.assert_array_equal(tensor.cpu().numpy(), data, err_msg=f"seed {seed}")
 
 
-def test_torch_bfloat16_round_trip(torch_cuda, world1, seeded):
+def test_torch_bfloat16_round_trip(torch_cuda, world1, rng, seed):
     """bfloat16 has no NumPy dtype: it travels by DLPack and comes back
     bit for bit on a world of one."""
     torch = torch_cuda
-    rng, seed = seeded
     x = torch.from_numpy(rng.standard_normal(10007).astype(np.float32)).to(
         torch.bfloat16).cuda()
     for name, result in [("all_reduce", cc.all_reduce(x)),
@@ -81,9 +69,8 @@ def test_torch_bfloat16_round_trip(torch_cuda, world1, seeded):
     assert cc.all_reduce(y, "max", out=y) is y and torch.equal(y, x)
 
 
-def test_torch_non_default_stream(torch_cuda, world1, seeded):
+def test_torch_non_default_stream(torch_cuda, world1, rng, seed):
     torch = torch_cuda
-    rng, seed = seeded
     data = rng.standard_normal(1 << 20).astype(np.float32)
     source = torch.from_numpy(data).cuda()
     stream = torch.cuda.Stream()
@@ -126,9 +113,8 @@ def test_functional_metric_reductions_keep_the_leaf_type(torch_cuda, world1):
 # ---- CuPy -------------------------------------------------------------------------
 
 
-def test_cupy_in_cupy_out(cupy_cuda, world1, seeded):
+def test_cupy_in_cupy_out(cupy_cuda, world1, rng, seed):
     cp = cupy_cuda
-    rng, seed = seeded
     data = rng.standard_normal((6, 4))
     x = cp.asarray(data)
     for name, result in [("all_reduce", cc.all_reduce(x, "sum")),
@@ -141,9 +127,8 @@ def test_cupy_in_cupy_out(cupy_cuda, world1, seeded):
         np.testing.assert_array_equal(cp.asnumpy(result), data, err_msg=f"seed {seed}: {name}")
 
 
-def test_cupy_in_place_and_out(cupy_cuda, world1, seeded):
+def test_cupy_in_place_and_out(cupy_cuda, world1, rng, seed):
     cp = cupy_cuda
-    rng, seed = seeded
     data = rng.integers(0, 2, 999).astype(bool)
     x = cp.asarray(data)
     assert cc.all_reduce(x, "max", out=x) is x
@@ -155,9 +140,8 @@ def test_cupy_in_place_and_out(cupy_cuda, world1, seeded):
     assert cc.broadcast(halves, out=halves) is halves
 
 
-def test_cupy_non_default_stream(cupy_cuda, world1, seeded):
+def test_cupy_non_default_stream(cupy_cuda, world1, rng, seed):
     cp = cupy_cuda
-    rng, seed = seeded
     data = rng.standard_normal(1 << 20).astype(np.float32)
     source = cp.asarray(data)
     cp.cuda.get_current_stream().synchronize()
@@ -170,10 +154,9 @@ def test_cupy_non_default_stream(cupy_cuda, world1, seeded):
     np.testing.assert_allclose(cp.asnumpy(after), 4 * data, rtol=1e-6, err_msg=f"seed {seed}")
 
 
-def test_cupy_kernels(cupy_cuda, seeded):
+def test_cupy_kernels(cupy_cuda, rng, seed):
     """An optimizer step and a metric update on CuPy arrays, against NumPy."""
     cp = cupy_cuda
-    rng, seed = seeded
     params = [rng.standard_normal(s).astype(np.float32) for s in (1001, 7, 33)]
     grads = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
     params_gpu = [cp.asarray(p) for p in params]

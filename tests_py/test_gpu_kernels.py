@@ -8,8 +8,6 @@ are read back on that stream (or after synchronising it). Each failure
 message carries the seed of its data.
 """
 
-import secrets
-
 import numpy as np
 import optree
 import pytest
@@ -18,6 +16,7 @@ import concord as cc
 from concord import metrics as M
 from concord import optim
 from concord.training import GradientSynchronizer
+from helpers import delay, host
 
 pytestmark = pytest.mark.gpu
 
@@ -26,12 +25,6 @@ LARGE = 1000003
 # contraction into fused multiply-adds (an ulp or so per operation).
 OPTIM_TOLERANCE = {"float32": dict(rtol=1e-6, atol=1e-6),
                    "float64": dict(rtol=1e-12, atol=1e-12)}
-SLEEP_CYCLES = 20_000_000  # about 10 ms of GPU time (see test_gpu_collectives)
-
-
-@pytest.fixture
-def seed():
-    return secrets.randbits(32)
 
 
 def odd_shapes(rng):
@@ -50,16 +43,6 @@ def to_cuda(torch, arrays):
     return [torch.from_numpy(np.array(a, copy=True)).cuda() for a in arrays]
 
 
-def host(x):
-    """A result as NumPy (torch CUDA tensors copied back on the current stream)."""
-    if hasattr(x, "detach"):
-        x = x.detach()
-        if str(x.dtype) == "torch.bfloat16":
-            x = x.float()
-        return x.cpu().numpy()
-    return np.asarray(x)
-
-
 def assert_leaves_close(torch, label, got, expected, dtype, seed):
     got_leaves, expected_leaves = optree.tree_leaves(got), optree.tree_leaves(expected)
     assert len(got_leaves) == len(expected_leaves), f"seed {seed}: {label}: leaf count"
@@ -68,12 +51,6 @@ def assert_leaves_close(torch, label, got, expected, dtype, seed):
         assert type(g) is torch.Tensor and g.is_cuda, f"{where}: got a {type(g).__name__}"
         assert str(g.dtype) == f"torch.{dtype}", f"{where}: dtype {g.dtype}"
         np.testing.assert_allclose(host(g), e, err_msg=where, **OPTIM_TOLERANCE[dtype])
-
-
-def delay(torch):
-    sleep = getattr(torch.cuda, "_sleep", None)
-    if sleep is not None:
-        sleep(SLEEP_CYCLES)
 
 
 # ---- optimizers --------------------------------------------------------------------
@@ -94,9 +71,8 @@ STEPS = 5
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_optimizer_step_matches_cpu(torch_cuda, seed, name, dtype):
+def test_optimizer_step_matches_cpu(torch_cuda, seed, rng, name, dtype):
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     shapes = odd_shapes(rng)
     params = random_arrays(rng, shapes, dtype)
     params_gpu = to_cuda(torch, params)
@@ -116,11 +92,10 @@ def test_optimizer_step_matches_cpu(torch_cuda, seed, name, dtype):
     assert set(state_gpu) == set(state)
 
 
-def test_optimizer_pytrees_on_cuda(torch_cuda, seed):
+def test_optimizer_pytrees_on_cuda(torch_cuda, seed, rng):
     """A nested pytree of CUDA tensors: buffers are CUDA tensors shaped like
     the parameters, and the same pytree comes back."""
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     tree = {"dense": [rng.standard_normal((7, 5)), rng.standard_normal(0)],
             "head": (rng.standard_normal(()), None), "conv": rng.standard_normal((4, 3, 2))}
     tree = optree.tree_map(lambda a: np.asarray(a, np.float32), tree)
@@ -140,11 +115,10 @@ def test_optimizer_pytrees_on_cuda(torch_cuda, seed):
                         "float32", seed)
 
 
-def test_optimizer_step_on_a_non_default_stream(torch_cuda, seed):
+def test_optimizer_step_on_a_non_default_stream(torch_cuda, seed, rng):
     """Gradients written late on a stream, the step issued on that stream,
     the parameters read back on it: checked after synchronising it only."""
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     shapes = odd_shapes(rng)
     params = random_arrays(rng, shapes, "float32")
     params_gpu = to_cuda(torch, params)
@@ -178,9 +152,8 @@ def test_optimizer_step_on_a_non_default_stream(torch_cuda, seed):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "mixed"])
 @pytest.mark.parametrize("max_norm", [0.5, 1e9])
-def test_clip_grad_norm_matches_cpu(torch_cuda, seed, dtype, max_norm):
+def test_clip_grad_norm_matches_cpu(torch_cuda, seed, rng, dtype, max_norm):
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     shapes = odd_shapes(rng)
     dtypes = (["float32", "float64"] * len(shapes))[:len(shapes)] if dtype == "mixed" \
         else [dtype] * len(shapes)
@@ -211,9 +184,8 @@ def test_clip_grad_norm_edge_cases_on_cuda(torch_cuda):
     assert np.sqrt(total) == pytest.approx(1.0, rel=1e-5)
 
 
-def test_clip_grad_norm_on_a_non_default_stream(torch_cuda, seed):
+def test_clip_grad_norm_on_a_non_default_stream(torch_cuda, seed, rng):
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     shapes = odd_shapes(rng)
     grads = random_arrays(rng, shapes, "float32")
     sources = to_cuda(torch, grads)
@@ -249,10 +221,10 @@ def _floating_leaves(torch, rng):
     return cpu, gpu, kinds
 
 
-def test_scale_and_sum_of_squares_match_cpu(torch_cuda, seed):
+def test_scale_and_sum_of_squares_match_cpu(torch_cuda, seed, rng):
     from concord import _capi
     torch = torch_cuda
-    cpu, gpu, kinds = _floating_leaves(torch, np.random.default_rng(seed))
+    cpu, gpu, kinds = _floating_leaves(torch, rng)
     expected = _capi.sum_of_squares(cpu)
     assert _capi.sum_of_squares(gpu) == pytest.approx(expected, rel=1e-12), f"seed {seed}"
     into = torch.full((1,), -1.0, dtype=torch.float64, device="cuda")
@@ -271,11 +243,10 @@ def test_scale_and_sum_of_squares_match_cpu(torch_cuda, seed):
 
 
 @pytest.mark.parametrize("compress", [None, "bf16", "fp16"])
-def test_gradient_synchronizer_matches_cpu(torch_cuda, world1, seed, compress):
+def test_gradient_synchronizer_matches_cpu(torch_cuda, world1, seed, rng, compress):
     """On a world of one the mean is the gradient itself, after the wire
     cast when compressed; CPU and GPU round alike."""
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     shapes = odd_shapes(rng)
     grads = random_arrays(rng, shapes, "float32")
     grads_gpu = to_cuda(torch, grads)
@@ -404,8 +375,7 @@ def feed_both(torch, rng, names, score_dtype, label_dtype, batches=BATCHES):
 
 
 @pytest.mark.parametrize("name", list(METRICS))
-def test_metric_updates_match_cpu(torch_cuda, seed, name):
-    rng = np.random.default_rng(seed)
+def test_metric_updates_match_cpu(torch_cuda, seed, rng, name):
     cpu, gpu = feed_both(torch_cuda, rng, [name], "float32", "int64")
     assert_same_result(f"seed {seed}: {name}", gpu[name].compute(), cpu[name].compute(),
                        METRICS[name][2])
@@ -420,17 +390,15 @@ DTYPE_METRICS = ["Mean", "Max", "Accuracy-scores", "Accuracy-top2", "Accuracy-bi
 
 
 @pytest.mark.parametrize("score_dtype, label_dtype", DTYPE_CASES)
-def test_metric_updates_over_input_dtypes(torch_cuda, seed, score_dtype, label_dtype):
-    rng = np.random.default_rng(seed)
+def test_metric_updates_over_input_dtypes(torch_cuda, seed, rng, score_dtype, label_dtype):
     cpu, gpu = feed_both(torch_cuda, rng, DTYPE_METRICS, score_dtype, label_dtype)
     for name in DTYPE_METRICS:
         assert_same_result(f"seed {seed}: {name} scores {score_dtype} labels {label_dtype}",
                            gpu[name].compute(), cpu[name].compute(), METRICS[name][2])
 
 
-def test_bool_targets(torch_cuda, seed):
+def test_bool_targets(torch_cuda, seed, rng):
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     probs = rng.random(1001)
     target = rng.integers(0, 2, 1001).astype(bool)
     for make in (lambda: M.Accuracy("binary"), lambda: M.ConfusionMatrix(task="binary"),
@@ -442,10 +410,9 @@ def test_bool_targets(torch_cuda, seed):
                            cpu.compute(), EXACT)
 
 
-def test_large_confusion_matrix(torch_cuda, seed):
+def test_large_confusion_matrix(torch_cuda, seed, rng):
     """1000 classes over 1000003 samples (many colliding counts)."""
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     preds = rng.integers(0, 1000, LARGE)
     target = rng.integers(0, 1000, LARGE)
     scores = rng.random((20011, 1000), dtype=np.float32)
@@ -463,11 +430,10 @@ def test_large_confusion_matrix(torch_cuda, seed):
                        cpu_acc.compute(), EXACT)
 
 
-def test_metric_sync_and_collection_on_cuda(torch_cuda, world1, seed):
+def test_metric_sync_and_collection_on_cuda(torch_cuda, world1, seed, rng):
     """A collection updated with CUDA tensors, synced on a world of one,
     updated again: the same results as on the CPU."""
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     names = ["Mean", "Max", "Cat", "Accuracy-scores", "ConfusionMatrix-scores", "F1Score-macro",
              "BinaryAUROC"]
     cpu = M.MetricCollection({name: METRICS[name][0]() for name in names})
@@ -491,11 +457,10 @@ def test_metric_sync_and_collection_on_cuda(torch_cuda, world1, seed):
                                   reference["synced"]["confusion"])
 
 
-def test_metric_updates_on_a_non_default_stream(torch_cuda, seed):
+def test_metric_updates_on_a_non_default_stream(torch_cuda, seed, rng):
     """Inputs written late on a stream, the update issued on that stream:
     the counts include the late data."""
     torch = torch_cuda
-    rng = np.random.default_rng(seed)
     d = metric_data(rng, 100003, "float32", "int64")
     cpu = M.ConfusionMatrix(C)
     cpu.update(d["scores"], d["target"])

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import concord
-from concord.launch import LaunchError
+from concord.notebook import LaunchError
+from helpers import concord_main
 
 # conftest.py clears inherited rendezvous variables, so every launch here
 # starts its own job.
@@ -296,23 +297,17 @@ def test_launch_validates_its_arguments():
 
 # ---- python -m concord ----------------------------------------------------
 
-def _concord_main(flag: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "concord", flag], capture_output=True,
-                            text=True, timeout=60, check=True)
-    return result.stdout.strip()
-
-
 def test_main_prints_install_locations():
     package = Path(concord.__file__).resolve().parent
-    includedir = Path(_concord_main("--includedir"))
-    libdir = Path(_concord_main("--libdir"))
-    pkgconfigdir = Path(_concord_main("--pkgconfigdir"))
+    includedir = Path(concord_main("--includedir"))
+    libdir = Path(concord_main("--libdir"))
+    pkgconfigdir = Path(concord_main("--pkgconfigdir"))
     assert includedir == package / "include"
     assert (includedir / "concord" / "concord.h").is_file()
     assert (includedir / "concord" / "dlpack.h").is_file()
     assert libdir == package / "lib" and list(libdir.glob("libconcord.so*"))
     assert (pkgconfigdir / "concord.pc").is_file()
-    assert _concord_main("--version") == concord.__version__
+    assert concord_main("--version") == concord.__version__
 
 
 def test_main_needs_one_flag():

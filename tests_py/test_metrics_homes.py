@@ -7,7 +7,6 @@ torch result is checked against the same metric fed NumPy arrays, and
 against the NumPy references of test_metrics, on 1-3 ranks.
 """
 
-import importlib.util
 import warnings
 from pathlib import Path
 
@@ -18,20 +17,12 @@ import pytest
 import concord as cc
 from concord import metrics as M
 from concord._host import device_key, to_host
-from concord.metrics_sync import Entry, StateSpec, _fingerprint
+from concord.metrics.sync import Entry, StateSpec, _signature
+from helpers import load_module
 
 
-def _load_reference_module():
-    """test_metrics (its data set, metrics and NumPy references), loaded
-    from its file: the suite imports test modules by path, not as a package."""
-    path = Path(__file__).with_name("test_metrics.py")
-    spec = importlib.util.spec_from_file_location("_concord_metrics_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-base = _load_reference_module()
+# test_metrics: its data set, metrics and NumPy references.
+base = load_module(Path(__file__).with_name("test_metrics.py"), "_concord_metrics_reference")
 
 
 @pytest.fixture
@@ -217,7 +208,7 @@ def test_mixing_homes_raises_before_writing(torch):
 def test_device_inputs_refuse_host_data_and_other_devices(torch, monkeypatch):
     """Device arrays (torch tensors marked as if on a GPU: only where they
     are is read before the refusal) never mix with host data."""
-    from concord import metrics_base
+    from concord.metrics import base as metrics_base
 
     real_is_host, real_device = metrics_base.is_host, metrics_base.array_device
 
@@ -323,11 +314,11 @@ class _FakeCudaArray:
         return (2, 0)  # kDLCUDA
 
 
-def test_the_sync_fingerprint_tells_host_from_gpu_states(torch):
+def test_the_sync_signature_tells_host_from_gpu_states(torch):
     spec = StateSpec("sum", (2,), np.dtype(np.float64))
-    on_host = _fingerprint([Entry(("m", "s"), spec, np.zeros(2))])
-    assert _fingerprint([Entry(("m", "s"), spec, torch.zeros(2, dtype=torch.float64))]) == on_host
-    assert _fingerprint([Entry(("m", "s"), spec, _FakeCudaArray())]) != on_host
+    on_host = _signature([Entry(("m", "s"), spec, np.zeros(2))])
+    assert _signature([Entry(("m", "s"), spec, torch.zeros(2, dtype=torch.float64))]) == on_host
+    assert _signature([Entry(("m", "s"), spec, _FakeCudaArray())]) != on_host
     assert device_key(_FakeCudaArray()) == ("cuda", 0)
     assert device_key(np.zeros(1)) == device_key(torch.zeros(1)) == device_key(1.5) == ("cpu", 0)
 

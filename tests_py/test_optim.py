@@ -8,6 +8,7 @@ import optree
 import pytest
 
 from concord import optim
+from concord.errors import InvalidArgumentError
 
 # Shapes with an empty leaf, a 0-d leaf and sizes that leave vector tails.
 SHAPES = [(7, 5), (0,), (), (33,), (4, 3, 2)]
@@ -176,19 +177,35 @@ def test_torch_parameters_that_require_grad_are_updated_in_place():
     np.testing.assert_array_equal(param.detach().numpy(), expected["p"])
 
 
+# The fused C step checks the options; the optimizers run it on no tensors
+# when they are made, so bad options fail there, as in torch.optim.
 @pytest.mark.parametrize("make, message", [
-    (lambda: optim.SGD(-0.1), "lr must be >= 0"),
-    (lambda: optim.SGD(0.1, momentum=-1), "momentum must be >= 0"),
-    (lambda: optim.SGD(0.1, nesterov=True), "nesterov momentum requires momentum > 0"),
-    (lambda: optim.SGD(0.1, weight_decay=-1), "weight_decay must be >= 0"),
-    (lambda: optim.AdamW(0.1, betas=(1.0, 0.9)), r"betas\[0\] must be in \[0, 1\)"),
-    (lambda: optim.AdamW(0.1, betas=(0.9, -0.1)), r"betas\[1\] must be in \[0, 1\)"),
-    (lambda: optim.AdamW(0.1, eps=-1.0), "eps must be >= 0"),
-    (lambda: optim.AdamW(float("nan")), "lr must be >= 0"),
+    (lambda: optim.SGD(-0.1), "sgd_step: lr must be finite and >= 0"),
+    (lambda: optim.SGD(0.1, momentum=-1), "sgd_step: momentum must be finite and >= 0"),
+    (lambda: optim.SGD(0.1, nesterov=True), "sgd_step: nesterov needs a momentum > 0"),
+    (lambda: optim.SGD(0.1, weight_decay=-1), "sgd_step: weight_decay must be finite and >= 0"),
+    (lambda: optim.AdamW(0.1, betas=(1.0, 0.9)), r"adamw_step: beta1 must be in \[0, 1\)"),
+    (lambda: optim.AdamW(0.1, betas=(0.9, -0.1)), r"adamw_step: beta2 must be in \[0, 1\)"),
+    (lambda: optim.AdamW(0.1, eps=-1.0), "adamw_step: eps must be finite and >= 0"),
+    (lambda: optim.AdamW(0.1, weight_decay=float("inf")),
+     "adamw_step: weight_decay must be finite and >= 0"),
+    (lambda: optim.AdamW(float("nan")), "adamw_step: lr must be finite and >= 0"),
 ])
 def test_bad_hyperparameters_raise_value_error(make, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         make()
+    assert issubclass(InvalidArgumentError, ValueError)
+
+
+def test_a_schedule_is_checked_at_each_step():
+    params = [np.ones(3)]
+    opt = optim.SGD(lambda step: 0.1 if step == 1 else -0.1)
+    state = opt.init(params)
+    params, state = opt.step(params, [np.ones(3)], state)
+    np.testing.assert_allclose(params[0], np.full(3, 0.9))
+    with pytest.raises(InvalidArgumentError, match="sgd_step: lr must be finite and >= 0"):
+        opt.step(params, [np.ones(3)], state)
+    np.testing.assert_allclose(params[0], np.full(3, 0.9))
 
 
 def test_mismatched_grads_raise_value_error():
@@ -219,6 +236,14 @@ def test_read_only_params_are_refused_untouched():
 # ---- clip_grad_norm ------------------------------------------------------------
 
 
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
 def reference_norm(leaves):
     return float(np.sqrt(sum(np.sum(np.asarray(x, np.float64) ** 2) for x in leaves)))
 
@@ -246,6 +271,47 @@ def test_clip_grad_norm_mixed_dtypes_and_empty_trees():
     zeros = [np.zeros(5)]
     assert optim.clip_grad_norm(zeros, 0.0) == 0.0
     np.testing.assert_array_equal(zeros[0], np.zeros(5))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_clip_grad_norm_of_a_nan_or_infinite_norm(dtype, bad):
+    """As torch.nn.utils.clip_grad_norm_ (and as on CUDA, by the same
+    kernel): a NaN norm makes every gradient NaN; an infinite norm gives the
+    factor 0, so finite entries become 0 and the infinite one NaN."""
+    rng = np.random.default_rng()
+    grads = make_tree(rng, dtype)
+    leaves = optree.tree_leaves(grads)
+    leaves[0].flat[rng.integers(leaves[0].size)] = bad
+    before = [leaf.copy() for leaf in leaves]
+    norm = optim.clip_grad_norm(grads, 1.0)
+    if np.isnan(bad):
+        assert np.isnan(norm)
+        assert all(np.isnan(leaf).all() for leaf in leaves)
+    else:
+        assert norm == np.inf
+        with np.errstate(invalid="ignore"):  # inf * 0
+            for got, original in zip(leaves, before):
+                np.testing.assert_array_equal(got, original * 0.0)
+    torch = _torch()
+    if torch is not None:  # torch clips the .grad of parameters
+        params = [torch.zeros(original.shape, dtype=getattr(torch, dtype)) for original in before]
+        for param, original in zip(params, before):
+            param.grad = torch.from_numpy(original.copy())
+        torch_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        np.testing.assert_array_equal(norm, torch_norm.numpy())
+        for got, param in zip(leaves, params):
+            np.testing.assert_array_equal(got, param.grad.numpy())
+
+
+def test_clip_grad_norm_writes_in_place_even_when_not_clipping():
+    """The factor is computed by the kernel that applies it, so gradients
+    must be writable even when their norm is below max_norm."""
+    grads = [np.ones(3)]
+    grads[0].flags.writeable = False
+    with pytest.raises(InvalidArgumentError, match="read-only"):
+        optim.clip_grad_norm(grads, 1e6)
+    np.testing.assert_array_equal(grads[0], np.ones(3))
 
 
 def test_clip_grad_norm_rejects_negative_max_norm():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import concord_main
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rust" / "allreduce.rs"
 
 pytestmark = pytest.mark.skipif(shutil.which("rustc") is None, reason="needs rustc")
@@ -18,8 +20,7 @@ pytestmark = pytest.mark.skipif(shutil.which("rustc") is None, reason="needs rus
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory) -> Path:
-    libdir = subprocess.run([sys.executable, "-m", "concord", "--libdir"], capture_output=True,
-                            text=True, timeout=60, check=True).stdout.strip()
+    libdir = concord_main("--libdir")
     output = tmp_path_factory.mktemp("rust_example") / "allreduce"
     result = subprocess.run(
         ["rustc", "-O", "--edition", "2021", "-D", "warnings", str(EXAMPLE), "-o", str(output),

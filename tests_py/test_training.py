@@ -14,7 +14,8 @@ import pytest
 
 import concord as cc
 from concord import optim
-from concord.data_parallel import ShardedArray
+from concord.errors import InvalidArgumentError
+from concord.sharded import ShardedArray
 from concord.training import GradientSynchronizer, train_step
 
 GLOBAL_BATCH = 12  # divisible by 1, 2, 3 and 4
@@ -288,16 +289,21 @@ def test_different_plans_on_ranks_raise_mismatch_error():
 # ---- errors, in a world of one ------------------------------------------------
 
 
+# Checked once, by the C library (or the one table of names it reads).
 @pytest.mark.parametrize("options, message", [
-    (dict(reduce="median"), "reduce must be 'mean' or 'sum'"),
-    (dict(reduce=None), "reduce must be 'mean' or 'sum'"),
-    (dict(compress="int8"), "compress must be None, 'bf16' or 'fp16'"),
-    (dict(bucket_cap_mb=0), "bucket_cap_mb must be > 0"),
-    (dict(first_bucket_mb=-1), "first_bucket_mb must be > 0"),
-    (dict(ready_order=[0, 0]), r"ready_order must be a permutation of 0\.\.1"),
+    (dict(reduce="median"), "unknown op 'median'"),
+    (dict(reduce=None), "unknown op None"),
+    (dict(reduce="max"), "GradientSynchronizer: op must be mean or sum, got max"),
+    (dict(compress="int8"), "compress must be one of None, 'bf16', 'fp16', got 'int8'"),
+    (dict(compress=["bf16"]), "compress must be one of None, 'bf16', 'fp16'"),
+    (dict(bucket_cap_mb=0), "bucket_cap_mb must be finite and > 0"),
+    (dict(first_bucket_mb=-1), "first_bucket_mb must be finite and > 0"),
+    (dict(ready_order=[0, 0]), "ready_order holds 0 twice"),
+    (dict(ready_order=[0, 2]), r"ready_order holds 2, outside \[0, 2\)"),
+    (dict(ready_order=[0]), "ready_order must list 2 indices"),
 ])
 def test_synchronizer_bad_options_raise_value_error(world1, options, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(InvalidArgumentError, match=message):
         GradientSynchronizer([np.ones(3, np.float32), np.ones(2, np.float32)], **options)
 
 
@@ -315,8 +321,12 @@ def test_synchronizer_needs_leaves(world1):
 def test_synchronizer_misuse_raises_value_error(world1):
     params = {"w": np.ones((2, 3), np.float32), "b": np.ones(3, np.float32)}
     with GradientSynchronizer(params) as sync:
-        with pytest.raises(ValueError, match=r"gradient index 2 is outside \[0, 2\)"):
+        with pytest.raises(InvalidArgumentError, match=r"gradient index 2 is outside \[0, 2\)"):
             sync.mark_ready(2, np.ones(3, np.float32))
+        with pytest.raises(InvalidArgumentError, match=r"gradient index -1 is outside \[0, 2\)"):
+            sync.mark_ready(-1, np.ones(3, np.float32))
+        with pytest.raises(InvalidArgumentError, match=r"gradient index 5 is outside \[0, 2\)"):
+            sync.bucket_of(5)
         with pytest.raises(ValueError, match="shape"):
             sync.mark_ready(0, np.ones(4, np.float32))
         with pytest.raises(ValueError, match="grads must have the structure of params"):

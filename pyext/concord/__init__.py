@@ -17,7 +17,7 @@ from .errors import (
 )
 from . import data_parallel, metrics, optim, training
 from .training import GradientSynchronizer, train_step
-from .launch import launch
+from .notebook import launch
 from .mesh import (
     DeviceMeshManager,
     Mesh,
@@ -27,7 +27,7 @@ from .mesh import (
     make_mesh,
     use_mesh,
 )
-from .world import (
+from .communicator import (
     Communicator,
     init,
     is_initialized,

@@ -10,14 +10,15 @@ cimport cython
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.number cimport PyNumber_Index
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
 from libc.stdint cimport int64_t, intptr_t
 from posix.unistd cimport getpid
 
-import enum
-
 import numpy as np
 
+from . import errors
+from ._constants import COMPRESSIONS, REDUCE_OPS, Status
 from ._streams import prepare_export
 
 cnp.import_array()
@@ -31,27 +32,8 @@ if concord_version_code() != CONCORD_VERSION_CODE:
         "this extension was built with; reinstall concord")
 
 
-class Status(enum.IntEnum):
-    """Status codes of the C ABI."""
-    OK = CONCORD_OK
-    INVALID_ARGUMENT = CONCORD_ERR_INVALID_ARGUMENT
-    UNAVAILABLE = CONCORD_ERR_UNAVAILABLE
-    TIMEOUT = CONCORD_ERR_TIMEOUT
-    REMOTE = CONCORD_ERR_REMOTE
-    MISMATCH = CONCORD_ERR_MISMATCH
-    ABORTED = CONCORD_ERR_ABORTED
-    OUT_OF_MEMORY = CONCORD_ERR_OUT_OF_MEMORY
-    INTERNAL = CONCORD_ERR_INTERNAL
-
-
-REDUCE_OPS = {
-    "sum": CONCORD_SUM,
-    "mean": CONCORD_MEAN,
-    "max": CONCORD_MAX,
-    "min": CONCORD_MIN,
-    "prod": CONCORD_PROD,
-}
 cdef dict _reduce_ops = REDUCE_OPS
+cdef dict _compressions = COMPRESSIONS
 
 
 def version():
@@ -66,29 +48,11 @@ def build_info():
 
 # ---- errors ------------------------------------------------------------------
 
-# errors.py imports Status from here, so the classes are looked up on the
-# (cold) error path rather than at import time.
-cdef dict _error_classes = None
-
-
-cdef object _errors():
-    from . import errors
-    return errors
-
-
-cdef object _error_class(int status):
-    global _error_classes
-    if _error_classes is None:
-        errors = _errors()
-        _error_classes = {
-            CONCORD_ERR_INVALID_ARGUMENT: errors.InvalidArgumentError,
-            CONCORD_ERR_UNAVAILABLE: errors.UnavailableError,
-            CONCORD_ERR_TIMEOUT: errors.CollectiveTimeoutError,
-            CONCORD_ERR_REMOTE: errors.RemoteError,
-            CONCORD_ERR_MISMATCH: errors.MismatchError,
-            CONCORD_ERR_ABORTED: errors.AbortedError,
-        }
-    return _error_classes.get(status) or _errors().ConcordError
+# Each class of errors.py stands for the status its `status` names.
+cdef dict _error_classes = {
+    cls.status: cls for cls in (getattr(errors, name) for name in errors.__all__)
+    if isinstance(cls, type) and issubclass(cls, errors.ConcordError) and cls.status is not None
+}
 
 
 cdef object _error_for(int status):
@@ -101,7 +65,7 @@ cdef object _error_for(int status):
         code = Status(status)
     except ValueError:
         code = status
-    return _error_class(status)(message, code)
+    return _error_classes.get(status, errors.ConcordError)(message, code)
 
 
 cpdef int check_status(int status) except -1:
@@ -112,7 +76,7 @@ cpdef int check_status(int status) except -1:
 
 
 cdef object _invalid(str message):
-    return _errors().InvalidArgumentError(message)
+    return errors.InvalidArgumentError(message)
 
 
 cdef bytes _c_string(object text, str what):
@@ -125,6 +89,15 @@ cdef bytes _c_string(object text, str what):
     if b"\0" in encoded:
         raise _invalid(f"{what} contains a NUL character")
     return encoded
+
+
+cdef int _c_int(object value, str what) except? -1:
+    """`value` as a C int; InvalidArgumentError for anything else (a float
+    included, which a plain conversion would truncate)."""
+    try:
+        return PyNumber_Index(value)
+    except (TypeError, OverflowError):
+        raise _invalid(f"{what} must be an integer within a C int's range, got {value!r}") from None
 
 
 cdef inline const char* _c_string_or_null(bytes encoded):
@@ -382,6 +355,14 @@ cdef int _reduce_op(object op) except -1:
     return code
 
 
+cdef int _compression(object compress) except -1:
+    code = _compressions.get(compress) if compress is None or isinstance(compress, str) else None
+    if code is None:
+        raise _invalid(f"compress must be one of {', '.join(map(repr, COMPRESSIONS))}, "
+                       f"got {compress!r}")
+    return code
+
+
 # ---- store ---------------------------------------------------------------------
 
 @cython.final
@@ -395,7 +376,7 @@ cdef class StoreServer:
         self.handle = NULL
         self.pid = getpid()
 
-    def __init__(self, host="127.0.0.1", int port=0, token=""):
+    def __init__(self, host, int port, token):
         cdef bytes host_c = _c_string(host, "host")
         cdef bytes token_c = _c_string(token, "token")
         cdef const char* host_p = host_c
@@ -436,7 +417,7 @@ cdef class Store:
         self.handle = NULL
         self.pid = getpid()
 
-    def __init__(self, host, int port, token="", double timeout=60.0):
+    def __init__(self, host, int port, token, double timeout):
         cdef bytes host_c = _c_string(host, "host")
         cdef bytes token_c = _c_string(token, "token")
         cdef const char* host_p = host_c
@@ -449,7 +430,7 @@ cdef class Store:
 
     cdef concord_store_t _checked(self) except NULL:
         if self.handle == NULL:
-            raise _errors().ConcordError("the store client is closed")
+            raise errors.ConcordError("the store client is closed")
         return self.handle
 
     cdef double _timeout(self, object timeout) except? -1:
@@ -515,7 +496,7 @@ cdef class Store:
         finally:
             PyMem_Free(pointers)
 
-    def add(self, key, int64_t delta=1):
+    def add(self, key, int64_t delta):
         """Atomically adds `delta` to the integer at `key` (missing: 0); returns the sum."""
         cdef concord_store_t handle = self._checked()
         cdef bytes key_c = _c_string(key, "key")
@@ -586,8 +567,8 @@ cdef class Comm:
         return comm
 
     @staticmethod
-    def init(int rank=-1, int world_size=-1, master_addr=None, int master_port=0, token=None,
-             double timeout=0.0, backend=None):
+    def init(int rank, int world_size, master_addr, int master_port, token, double timeout,
+             backend):
         """The world communicator; unset arguments (-1, None, 0) come from
         the environment."""
         cdef bytes addr_c = None if master_addr is None else _c_string(master_addr, "master_addr")
@@ -610,7 +591,7 @@ cdef class Comm:
         return Comm._wrap(handle, None)
 
     @staticmethod
-    def from_store(Store store not None, name, int rank, int size, double timeout=0.0):
+    def from_store(Store store not None, name, int rank, int size, double timeout):
         """A communicator of `size` ranks meeting through `store` under the
         key prefix `name`; ranks may be threads of one process."""
         cdef concord_store_t store_handle = store._checked()
@@ -626,7 +607,7 @@ cdef class Comm:
 
     cdef concord_comm_t _checked(self) except NULL:
         if self.handle == NULL:
-            raise _errors().ConcordError("the communicator is closed")
+            raise errors.ConcordError("the communicator is closed")
         return self.handle
 
     @property
@@ -645,7 +626,7 @@ cdef class Comm:
         check_status(concord_comm_timeout(self._checked(), &seconds))
         return seconds
 
-    def split(self, int color, int key=0):
+    def split(self, int color, int key):
         """Collective: ranks passing the same color form a communicator,
         ordered by (key, rank); a negative color gives None."""
         cdef concord_comm_t handle = self._checked()
@@ -692,8 +673,8 @@ cdef class Comm:
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
-    def all_gather(self, x, out, bint async_op, finish=None):
-        """`finish(out)`, when given, makes the result once the data arrived."""
+    def all_gather(self, x, out, bint async_op, finish):
+        """`finish(out)`, unless None, makes the result once the data arrived."""
         cdef concord_comm_t handle = self._checked()
         cdef _Tensor send = _import(x, "x")
         cdef _Tensor recv = _import_out(out, x, send)
@@ -720,7 +701,8 @@ cdef class Comm:
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
-    def broadcast(self, x, out, int root, bint async_op):
+    def broadcast(self, x, out, root, bint async_op):
+        cdef int c_root = _c_int(root, "broadcast: root")
         cdef concord_comm_t handle = self._checked()
         cdef _Tensor send = _import(x, "x")
         cdef _Tensor recv = _import_out(out, x, send)
@@ -728,7 +710,8 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_broadcast(handle, &send.dl, &recv.dl, root, <void*>send.stream, work_p)
+            status = concord_broadcast(handle, &send.dl, &recv.dl, c_root, <void*>send.stream,
+                                       work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
@@ -856,10 +839,6 @@ cdef class Work:
 
 # ---- data parallel ---------------------------------------------------------------
 
-cdef dict _compressions = {None: CONCORD_COMPRESS_NONE, "bf16": CONCORD_COMPRESS_BF16,
-                           "fp16": CONCORD_COMPRESS_FP16}
-
-
 @cython.final
 cdef class GradSync:
     """Gradient buckets over a communicator: mark_ready(i, grad) packs a
@@ -874,19 +853,14 @@ cdef class GradSync:
         self.handle = NULL
         self.pid = getpid()
 
-    def __init__(self, Comm comm not None, templates, ready_order=None,
-                 double bucket_cap_mb=25.0, double first_bucket_mb=1.0, op="mean",
-                 compress=None):
+    def __init__(self, Comm comm not None, templates, ready_order, double bucket_cap_mb,
+                 double first_bucket_mb, op, compress):
         cdef _TensorList grads = _import_list(templates, "templates", False)
         cdef concord_grad_sync_options options
         cdef cnp.ndarray order
         cdef const int64_t* order_p = NULL
         cdef concord_comm_t comm_handle = comm._checked()
         cdef concord_status status
-        if op not in ("mean", "sum"):
-            raise _invalid(f"reduce must be 'mean' or 'sum', got {op!r}")
-        if compress not in _compressions:
-            raise _invalid(f"compress must be None, 'bf16' or 'fp16', got {compress!r}")
         if ready_order is not None:
             order = np.ascontiguousarray(ready_order, dtype=np.int64)
             if order.ndim != 1 or <size_t>order.shape[0] != grads.count:
@@ -897,7 +871,7 @@ cdef class GradSync:
         options.bucket_cap_mb = bucket_cap_mb
         options.first_bucket_mb = first_bucket_mb
         options.op = <concord_reduce_op>_reduce_op(op)
-        options.compress = <concord_compress>_compressions[compress]
+        options.compress = <concord_compress>_compression(compress)
         with nogil:
             status = concord_grad_sync_create(comm_handle, <const DLTensor**>grads.ptrs,
                                               grads.count, order_p, &options, &self.handle)
@@ -907,7 +881,7 @@ cdef class GradSync:
 
     cdef concord_grad_sync_t _checked(self) except NULL:
         if self.handle == NULL:
-            raise _errors().ConcordError("the gradient synchronizer is closed")
+            raise errors.ConcordError("the gradient synchronizer is closed")
         return self.handle
 
     @property
@@ -958,8 +932,8 @@ cdef class GradSync:
         self.close()
 
 
-def sgd_step(params, grads, momentum_buffers, double lr, double momentum=0.0,
-             double weight_decay=0.0, bint nesterov=False, int64_t step=1):
+def sgd_step(params, grads, momentum_buffers, double lr, double momentum, double weight_decay,
+             bint nesterov, int64_t step):
     """One fused SGD step over every array, in place."""
     params, grads = list(params), list(grads)
     _same_length(params, "params", grads, "grads")
@@ -987,8 +961,8 @@ def sgd_step(params, grads, momentum_buffers, double lr, double momentum=0.0,
     check_status(status)
 
 
-def adamw_step(params, grads, exp_avg, exp_avg_sq, double lr, double beta1=0.9,
-               double beta2=0.999, double eps=1e-8, double weight_decay=0.01, int64_t step=1):
+def adamw_step(params, grads, exp_avg, exp_avg_sq, double lr, double beta1, double beta2,
+               double eps, double weight_decay, int64_t step):
     """One fused AdamW step over every array, in place."""
     params, grads, exp_avg, exp_avg_sq = list(params), list(grads), list(exp_avg), list(exp_avg_sq)
     _same_length(params, "params", grads, "grads")
@@ -1067,7 +1041,7 @@ def scale(arrays, double factor):
 # ---- metric updates --------------------------------------------------------------
 # Each updates a caller-owned state array in place; no communication.
 
-def metric_weighted_sum(state, values, weights=None):
+def metric_weighted_sum(state, values, weights):
     cdef _Tensor s = _import_state(state, "state")
     cdef _Tensor v = _import(values, "values")
     cdef _Tensor w = None if weights is None else _import(weights, "weights")
@@ -1110,7 +1084,7 @@ def metric_confusion_matrix(confusion, preds, target):
     check_status(status)
 
 
-def metric_binary_confusion(confusion, preds, target, double threshold=0.5):
+def metric_binary_confusion(confusion, preds, target, double threshold):
     cdef _Tensor c = _import_state(confusion, "confusion")
     cdef _Tensor p = _import(preds, "preds")
     cdef _Tensor t = _import(target, "target")
@@ -1121,7 +1095,7 @@ def metric_binary_confusion(confusion, preds, target, double threshold=0.5):
     check_status(status)
 
 
-def metric_multilabel_counts(counts, preds, target, double threshold=0.5):
+def metric_multilabel_counts(counts, preds, target, double threshold):
     cdef _Tensor c = _import_state(counts, "counts")
     cdef _Tensor p = _import(preds, "preds")
     cdef _Tensor t = _import(target, "target")
@@ -1132,7 +1106,7 @@ def metric_multilabel_counts(counts, preds, target, double threshold=0.5):
     check_status(status)
 
 
-def metric_topk_correct(counts, preds, target, int64_t k=1):
+def metric_topk_correct(counts, preds, target, int64_t k):
     cdef _Tensor c = _import_state(counts, "counts")
     cdef _Tensor p = _import(preds, "preds")
     cdef _Tensor t = _import(target, "target")

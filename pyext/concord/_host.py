@@ -9,11 +9,9 @@ from __future__ import annotations
 import numpy as np
 from array_api_compat import is_cupy_array, is_jax_array, is_torch_array
 
-__all__ = ["device_key", "is_host", "on_cuda", "to_host"]
+from ._constants import CUDA_DEVICE_TYPES, HOST_DEVICE_TYPES
 
-# DLPack device types (dlpack.h): host memory, and CUDA device memory.
-_HOST_TYPES = (1, 3)     # kDLCPU, kDLCUDAHost (pinned host memory)
-_CUDA_TYPES = (2, 13)    # kDLCUDA, kDLCUDAManaged
+__all__ = ["device_key", "is_host", "on_cuda", "to_host"]
 
 
 def device_key(x):
@@ -25,9 +23,9 @@ def device_key(x):
         return ("cpu", 0)
     kind, index = probe()
     kind = int(kind)
-    if kind in _HOST_TYPES:
+    if kind in HOST_DEVICE_TYPES:
         return ("cpu", 0)
-    if kind in _CUDA_TYPES:
+    if kind in CUDA_DEVICE_TYPES:
         return ("cuda", int(index))
     return (f"dlpack{kind}", int(index))
 

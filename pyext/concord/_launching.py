@@ -1,4 +1,4 @@
-"""What concord-run (run.py) and concord.launch (launch.py) share: the
+"""What concord-run (run.py) and concord.launch() (notebook.py) share: the
 rendezvous store the launcher serves, the environment each rank gets, and
 the report printed when a rank fails."""
 

@@ -15,7 +15,7 @@ common case, take a path that asks torch directly instead of going through
 
 import sys
 
-from ._host import _CUDA_TYPES
+from ._constants import CUDA_DEVICE_TYPES
 
 
 _torch_raw_stream = None  # torch's current raw stream of a device, once torch is seen
@@ -53,7 +53,7 @@ def prepare_export(array):
     if device is None:
         return array, None, None
     device_type, device_id = device()
-    if device_type not in _CUDA_TYPES:
+    if device_type not in CUDA_DEVICE_TYPES:
         return array, None, None
     stream = 0
     if type(array).__module__.startswith("cupy"):

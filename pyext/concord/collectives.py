@@ -10,7 +10,7 @@ any communication.
 
 import operator
 
-from . import world
+from . import _world
 from ._capi import check_output
 from .arrays import (
     as_array,
@@ -27,9 +27,7 @@ __all__ = ["all_gather", "all_reduce", "barrier", "broadcast", "reduce_scatter"]
 
 
 def _handle(comm):
-    if comm is None:
-        comm = world._world or world.world()
-    return comm._handle
+    return (_world.get() if comm is None else comm)._handle
 
 
 def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):
@@ -66,7 +64,7 @@ def all_gather(x, *, axis=0, tiled=True, comm=None, out=None, async_op=False):
         # Rank-order concatenation along the leading axis is exactly the
         # layout the C library writes.
         buffer = empty(x, result_shape) if out is None else out
-        return handle.all_gather(x, buffer, async_op)
+        return handle.all_gather(x, buffer, async_op, None)
 
     if out is not None:
         # out is written only once the data arrived: check it can be, now.
@@ -112,10 +110,6 @@ def broadcast(x, root=0, *, comm=None, out=None, async_op=False):
     and dtype (and is the buffer written when it is also `out`)."""
     handle = _handle(comm)
     x = as_array(x)
-    root = operator.index(root)
-    if not 0 <= root < handle.size:
-        raise InvalidArgumentError(
-            f"broadcast: root {root} is out of range for a communicator of size {handle.size}")
     if out is None:
         out = empty_like(x)
     elif out is not x:

@@ -4,8 +4,10 @@ The names follow the JAX libraries they replace (datarax, xlstm-jax,
 artifex): placing batches and model state on a mesh's ranks, ZeRO/FSDP-style
 parameter sharding (shard_params, gather_params,
 gather_array_with_mean_grads), and gradient reductions (sync_gradients,
-reduce_gradients_across_devices). Gradient buckets (GradientSynchronizer)
-and train_step live in concord.training.
+reduce_gradients_across_devices). Those libraries' other names for them
+(shard_batch, DataParallel.*_static, ...) are bound from concord._aliases,
+the one table of such names. Gradient buckets (GradientSynchronizer) and
+train_step, which those libraries list here too, live in concord.training.
 
 Every rank runs the same program on its own copy of the data (SPMD), so
 "placing" means each rank keeps its own block. pytrees are walked with
@@ -18,18 +20,17 @@ compare a fingerprint of the pytree (structure, leaf shapes and dtypes), so
 ranks passing different pytrees get MismatchError instead of a hang.
 """
 
-import hashlib
 import math
-import operator
 import warnings
 
 import numpy as np
 import optree
 from array_api_compat import device as array_device
 
-from . import collectives, world
-from .arrays import as_array, empty, front_to_axis, namespace
-from .errors import InvalidArgumentError, MismatchError
+from . import _aliases, _world, collectives
+from ._pytree import agree, fused_all_gather, fused_all_reduce, fused_broadcast, group_indices
+from .arrays import as_array, front_to_axis, namespace
+from .errors import InvalidArgumentError
 from .mesh import (
     DeviceMeshManager,
     Mesh,
@@ -39,12 +40,13 @@ from .mesh import (
     axis_comm,
     current_mesh,
 )
+from .sharded import ShardedArray, local
+from .training import GradientSynchronizer, train_step
 
 __all__ = [
     "DataParallel",
     "GradientSynchronizer",
     "ShardedArray",
-    "all_reduce_gradients",
     "create_data_parallel_sharding",
     "gather_array_with_mean_grads",
     "gather_params",
@@ -52,66 +54,13 @@ __all__ = [
     "place_model_state_on_shards",
     "reduce_gradients_across_devices",
     "replicate_params",
-    "shard_batch",
-    "shard_model_state",
     "shard_params",
     "sync_gradients",
     "train_step",
 ]
 
-SHARDED_ARRAY_NAMESPACE = "concord"
-
-
-class ShardedArray:
-    """This rank's block `local` of an array of `global_shape` split evenly
-    along dimension `dim` over the ranks of mesh axis (or axes) `axis_name`.
-
-    In optree's default registry a ShardedArray is a leaf, so concord's
-    functions see each sharded parameter whole. In the "concord" namespace
-    it is a node whose one child is `local`:
-    ``optree.tree_map(f, tree, namespace="concord")`` maps f over the local
-    blocks and keeps the sharding (an optimizer step on shards, say).
-    """
-
-    __slots__ = ("local", "global_shape", "dim", "axis_name")
-
-    def __init__(self, local, global_shape, dim, axis_name):
-        self.local = local
-        self.global_shape = tuple(operator.index(size) for size in global_shape)
-        self.dim = operator.index(dim)
-        if not 0 <= self.dim < len(self.global_shape):
-            raise InvalidArgumentError(
-                f"ShardedArray: dim {dim} is out of range for shape {self.global_shape}")
-        self.axis_name = axis_name
-
-    @property
-    def dtype(self):
-        """The local block's dtype."""
-        return self.local.dtype
-
-    def replace(self, local):
-        """The same sharding with another local block."""
-        return ShardedArray(local, self.global_shape, self.dim, self.axis_name)
-
-    def __repr__(self):
-        return (f"ShardedArray(local shape {tuple(self.local.shape)}, global_shape="
-                f"{self.global_shape}, dim={self.dim}, axis_name={self.axis_name!r})")
-
-
-optree.register_pytree_node(
-    ShardedArray,
-    lambda array: ((array.local,), (array.global_shape, array.dim, array.axis_name)),
-    lambda metadata, children: ShardedArray(children[0], *metadata),
-    namespace=SHARDED_ARRAY_NAMESPACE,
-)
-
 
 # ---- pytree and array plumbing ----------------------------------------------
-
-def local(leaf):
-    """The array a leaf stores here: a ShardedArray's local block, else the leaf."""
-    return leaf.local if isinstance(leaf, ShardedArray) else leaf
-
 
 def _value(leaf):
     return as_array(local(leaf))
@@ -145,101 +94,9 @@ def _leaf_signature(leaf):
 def _check_same_tree(what, treespec, leaves, comm):
     """Raises MismatchError on every rank of `comm` unless all passed the
     same pytree structure with the same leaf shapes and dtypes."""
-    if comm.size == 1:
-        return
-    text = repr((str(treespec), [_leaf_signature(leaf) for leaf in leaves]))
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    mine = np.frombuffer(digest, np.int64)
-    digests = collectives.all_gather(mine, comm=comm).tolist()
-    if len(set(digests)) == 1:
-        return
-    groups = {}
-    for rank, value in enumerate(digests):
-        groups.setdefault(value, []).append(rank)
-    parts = "; ".join(f"ranks {ranks}" for ranks in groups.values())
-    raise MismatchError(
-        f"{what}: ranks passed different pytrees (structure, leaf shapes or dtypes); "
-        f"each group agrees within itself: {parts}. This rank ({comm.rank}) passed {treespec}")
-
-
-def _kind_groups(values):
-    """Indices of `values` grouped by array type, dtype and device, in
-    first-seen order (the same order on every rank that agrees on the tree)."""
-    groups = {}
-    for index, value in enumerate(values):
-        key = (type(value), value.dtype, str(array_device(value)))
-        groups.setdefault(key, []).append(index)
-    return list(groups.values())
-
-
-def _pack(values):
-    xp = namespace(values[0])
-    return xp.concat([xp.reshape(value, (-1,)) for value in values])
-
-
-def _unpack(buffer, values):
-    """Views of `buffer` shaped as `values`, in order."""
-    xp = namespace(buffer)
-    parts, offset = [], 0
-    for value in values:
-        count = math.prod(value.shape)
-        parts.append(xp.reshape(buffer[offset:offset + count], tuple(value.shape)))
-        offset += count
-    return parts
-
-
-def _fused(values, launch):
-    """Runs launch(group values) -> (buffer, Work) per array kind, all in
-    flight together, and returns the values unpacked from the buffers."""
-    results = list(values)
-    pending = []
-    for group in _kind_groups(values):
-        members = [values[i] for i in group]
-        pending.append((group, members, *launch(members)))
-    for group, members, buffer, work in pending:
-        work.wait()
-        for index, part in zip(group, _unpack(buffer, members)):
-            results[index] = part
-    return results
-
-
-def _fused_all_reduce(values, op, comm):
-    def launch(members):
-        buffer = _pack(members)
-        return buffer, collectives.all_reduce(buffer, op, comm=comm, out=buffer, async_op=True)
-    return _fused(values, launch)
-
-
-def _fused_broadcast(values, root, comm):
-    def launch(members):
-        # Only the root's data travels; the others just need the room.
-        if comm.rank == root:
-            buffer = _pack(members)
-        else:
-            buffer = empty(members[0], (sum(math.prod(m.shape) for m in members),))
-        return buffer, collectives.broadcast(buffer, root, comm=comm, out=buffer, async_op=True)
-    return _fused(values, launch)
-
-
-def _fused_all_gather(values, dims, comm):
-    """Each value gathered over `comm` and concatenated along its dim."""
-    results = [None] * len(values)
-    pending = []
-    for group in _kind_groups(values):
-        members = [values[i] for i in group]
-        work = collectives.all_gather(_pack(members), tiled=False, comm=comm, async_op=True)
-        pending.append((group, members, work))
-    for group, members, work in pending:
-        gathered = work.wait()  # (ranks, packed size)
-        xp = namespace(gathered)
-        offset = 0
-        for index, member in zip(group, members):
-            count = math.prod(member.shape)
-            blocks = xp.reshape(gathered[:, offset:offset + count],
-                                (comm.size, *member.shape))
-            results[index] = front_to_axis(blocks, dims[index], tiled=True)
-            offset += count
-    return results
+    agree(comm, repr((str(treespec), [_leaf_signature(leaf) for leaf in leaves])),
+          f"{what}: ranks passed different pytrees (structure, leaf shapes or dtypes)",
+          mine=treespec)
 
 
 # ---- batches and model state ------------------------------------------------
@@ -310,9 +167,6 @@ def place_batch_on_shards(batch, sharding, *, uneven="error"):
     return optree.tree_map_with_path(shard, batch)
 
 
-shard_batch = place_batch_on_shards
-
-
 def _specs_by_path(leaf_paths, specs):
     """PartitionSpec per leaf path from a {path: spec} dict whose keys are
     paths ("a/b/0" or a tuple) or prefixes of paths (the longest wins)."""
@@ -381,9 +235,6 @@ def place_model_state_on_shards(state, mesh, param_sharding="replicate"):
     return optree.tree_unflatten(treespec, placed)
 
 
-shard_model_state = place_model_state_on_shards
-
-
 def _comm_of(mesh_or_comm):
     if mesh_or_comm is None:
         return axis_comm(None)
@@ -397,11 +248,6 @@ def replicate_params(params, mesh_or_comm=None, root=0):
     over the mesh's communicator (or the given Communicator; None: the
     active mesh's, else the world). Leaves keep their array types."""
     comm = _comm_of(mesh_or_comm)
-    root = operator.index(root)
-    if not 0 <= root < comm.size:
-        raise InvalidArgumentError(
-            f"replicate_params: root {root} is out of range for a communicator of size "
-            f"{comm.size}")
     paths, leaves, treespec = optree.tree_flatten_with_path(params)
     for path, leaf in zip(paths, leaves):
         if isinstance(leaf, ShardedArray):
@@ -410,10 +256,14 @@ def replicate_params(params, mesh_or_comm=None, root=0):
                 "differs, replicate before shard_params")
     _check_same_tree("replicate_params", treespec, leaves, comm)
     values = [as_array(leaf) for leaf in leaves]
-    return optree.tree_unflatten(treespec, _fused_broadcast(values, root, comm))
+    return optree.tree_unflatten(treespec, fused_broadcast(values, root, comm))
 
 
 # ---- parameter sharding (ZeRO / FSDP, the xlstm-jax rules) ---------------------
+
+# Leaves of at most this many elements stay whole (xlstm-jax's default).
+MIN_WEIGHT_SIZE = 2**18
+
 
 def _axis_extent(axis_name, mesh):
     """(number of ranks, this rank's index) along `axis_name`."""
@@ -421,7 +271,7 @@ def _axis_extent(axis_name, mesh):
     if mesh is not None:
         return mesh.axis_size(axis_name), mesh.axis_index(axis_name)
     _axis_names_tuple(axis_name)
-    comm = world.world()
+    comm = _world.current()
     return comm.size, comm.rank
 
 
@@ -432,7 +282,7 @@ def _shard_dim(shape, count):
     return max(divisible, key=lambda dim: (shape[dim], dim)) if divisible else None
 
 
-def shard_params(params, axis_name, *, mesh=None, min_weight_size=2**18):
+def shard_params(params, axis_name, *, mesh=None, min_weight_size=MIN_WEIGHT_SIZE):
     """Each rank keeps its block of every large parameter, split over
     `axis_name` (the xlstm-jax rule).
 
@@ -482,10 +332,10 @@ def gather_params(params, axis_name, *, mesh=None, gather_dtype=None):
     picked = [i for i, leaf in enumerate(leaves)
               if isinstance(leaf, ShardedArray) and _axis_names_tuple(leaf.axis_name) == names]
     _check_same_tree("gather_params", treespec, leaves, comm)
-    values = [_cast(as_array(leaves[i].local), gather_dtype) for i in picked]
-    gathered = _fused_all_gather(values, [leaves[i].dim for i in picked], comm)
-    for index, full in zip(picked, gathered):
-        leaves[index] = full
+    blocks = fused_all_gather([_cast(as_array(leaves[i].local), gather_dtype) for i in picked],
+                              comm)
+    for index, stacked in zip(picked, blocks):
+        leaves[index] = front_to_axis(stacked, leaves[index].dim, tiled=True)
     return optree.tree_unflatten(treespec, leaves)
 
 
@@ -545,14 +395,12 @@ def sync_gradients(grads, axis_names, *, mesh=None):
     mesh = mesh if mesh is not None else current_mesh()
     names = _mesh_order(axis_names, mesh)
     leaves, treespec = optree.tree_flatten(grads)
-    groups = {}
-    for index, leaf in enumerate(leaves):
-        axes = _replication_axes(leaf, names, mesh)
-        if axes:
-            groups.setdefault(axes, []).append(index)
+    groups = group_indices(_replication_axes(leaf, names, mesh) for leaf in leaves)
     _check_same_tree("sync_gradients", treespec, leaves, axis_comm(names, mesh))
     for axes, indices in groups.items():
-        reduced = _fused_all_reduce([_value(leaves[i]) for i in indices], "mean",
+        if not axes:  # sharded over every axis: nothing to average
+            continue
+        reduced = fused_all_reduce([_value(leaves[i]) for i in indices], "mean",
                                     axis_comm(axes, mesh))
         for index, value in zip(indices, reduced):
             leaves[index] = _rewrap(leaves[index], value)
@@ -575,12 +423,9 @@ def reduce_gradients_across_devices(grads, reduce_type="mean", axis_name=None, *
     comm = axis_comm(axis_name, mesh)
     leaves, treespec = optree.tree_flatten(grads)
     _check_same_tree("reduce_gradients_across_devices", treespec, leaves, comm)
-    reduced = _fused_all_reduce([_value(leaf) for leaf in leaves], op, comm)
+    reduced = fused_all_reduce([_value(leaf) for leaf in leaves], op, comm)
     return optree.tree_unflatten(treespec, [_rewrap(leaf, value)
                                             for leaf, value in zip(leaves, reduced)])
-
-
-all_reduce_gradients = reduce_gradients_across_devices
 
 
 # ---- the artifex-style class ----------------------------------------------------
@@ -600,22 +445,9 @@ class DataParallel:
     else a 1-D mesh over the world along `data_axis`, made on first use.
     Every method taking an optional `mesh` uses the given one instead. Each
     method also exists as a ``*_static`` static method: the module-level
-    function, which takes the mesh (or sharding) explicitly.
+    function, which takes the mesh (or sharding) explicitly (bound from
+    concord._aliases, with the methods' other names).
     """
-
-    # Defined before the methods of the same names, which would otherwise
-    # shadow the module-level functions here.
-    create_mesh_static = staticmethod(_create_mesh)
-    create_sharding_static = staticmethod(create_data_parallel_sharding)
-    create_data_parallel_sharding_static = staticmethod(create_data_parallel_sharding)
-    shard_batch_static = staticmethod(place_batch_on_shards)
-    shard_model_state_static = staticmethod(place_model_state_on_shards)
-    replicate_params_static = staticmethod(replicate_params)
-    shard_params_static = staticmethod(shard_params)
-    gather_params_static = staticmethod(gather_params)
-    sync_gradients_static = staticmethod(sync_gradients)
-    reduce_gradients_static = staticmethod(reduce_gradients_across_devices)
-    all_reduce_gradients_static = staticmethod(reduce_gradients_across_devices)
 
     def __init__(self, mesh=None, *, data_axis="data"):
         self._mesh = mesh
@@ -658,7 +490,7 @@ class DataParallel:
         """Every rank gets `root`'s params (see replicate_params)."""
         return replicate_params(params, self._pick(mesh), root)
 
-    def shard_params(self, params, axis_name=None, *, min_weight_size=2**18):
+    def shard_params(self, params, axis_name=None, *, min_weight_size=MIN_WEIGHT_SIZE):
         """See shard_params; the axis defaults to the data axis (ZeRO-3)."""
         return shard_params(params, axis_name or self.data_axis, mesh=self.mesh,
                             min_weight_size=min_weight_size)
@@ -677,10 +509,7 @@ class DataParallel:
         """See reduce_gradients_across_devices; None: the whole mesh."""
         return reduce_gradients_across_devices(grads, reduce_type, axis_name, mesh=self.mesh)
 
-    create_data_parallel_sharding = create_sharding
-    all_reduce_gradients = reduce_gradients
 
-
-# DESIGN.md §5 lists these with the data-parallel helpers; they live in
-# concord.training, which builds on this module (ShardedArray above).
-from .training import GradientSynchronizer, train_step  # noqa: E402
+_aliases.bind_functions(globals())
+_aliases.bind_methods(DataParallel, globals())
+__all__ += _aliases.FUNCTIONS

@@ -7,7 +7,7 @@ communicator yet, a closed communicator) are plain ``ConcordError`` with
 ``status`` None. All of them pickle, so they cross process boundaries.
 """
 
-from ._capi import Status
+from ._constants import Status
 
 __all__ = [
     "AbortedError",

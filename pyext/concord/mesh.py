@@ -20,7 +20,7 @@ import math
 import operator
 import threading
 
-from . import world
+from . import _world
 from .errors import InvalidArgumentError
 
 __all__ = [
@@ -173,7 +173,7 @@ def make_mesh(shape, axis_names, *, comm=None):
         raise InvalidArgumentError(f"mesh axis names {names!r} repeat a name")
     if any(size < 1 for size in sizes):
         raise InvalidArgumentError(f"mesh shape {sizes} has a size below 1")
-    comm = comm if comm is not None else world.world()
+    comm = comm if comm is not None else _world.current()
     if math.prod(sizes) != comm.size:
         raise InvalidArgumentError(
             f"mesh shape {sizes} holds {math.prod(sizes)} ranks but the communicator "
@@ -215,7 +215,7 @@ def axis_comm(axis_name, mesh=None):
         return mesh.comm(axis_name)
     if axis_name is not None:
         _axis_names_tuple(axis_name)
-    return world.world()
+    return _world.current()
 
 
 class PartitionSpec(tuple):
@@ -309,7 +309,7 @@ class DeviceMeshManager:
         return self._resolved_comm().size
 
     def _resolved_comm(self):
-        return self._comm if self._comm is not None else world.world()
+        return self._comm if self._comm is not None else _world.current()
 
     def create_device_mesh(self, mesh_shape):
         """A mesh from {axis name: size} or [(axis name, size), ...]."""

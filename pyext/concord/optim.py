@@ -15,7 +15,7 @@ an int) and one buffer pytree shaped like the parameters per buffer kind
 (``"momentum_buffer"`` for SGD with momentum, ``"exp_avg"`` and
 ``"exp_avg_sq"`` for AdamW). It can be saved and restored like parameters.
 
-Leaves that are ``concord.data_parallel.ShardedArray`` are updated through
+Leaves that are ``concord.sharded.ShardedArray`` are updated through
 their local shard (an optimizer step is elementwise); their buffers are
 shaped like the shard.
 """
@@ -26,38 +26,19 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-import optree
 
 from . import _capi, collectives
 from ._host import on_cuda
+from ._pytree import flatten_like
 from .arrays import device, namespace
-from .data_parallel import ShardedArray, local
 from .mesh import axis_comm
+from .sharded import ShardedArray, flatten, local
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
-
-# torch.nn.utils.clip_grad_norm_ divides by norm + 1e-6, so that a zero norm
-# never divides by zero; the same constant keeps results interchangeable.
-_CLIP_EPS = 1e-6
 
 
 def _is_sharded(x) -> bool:
     return isinstance(x, ShardedArray)
-
-
-def flatten(tree):
-    """(leaves, treespec) of a pytree whose leaves are arrays. ShardedArray
-    leaves stay whole: its pytree node is registered only in concord's own
-    optree namespace, so the default registry sees a leaf."""
-    return optree.tree_flatten(tree)
-
-
-def flatten_like(treespec, tree, what: str, like: str = "params"):
-    """The leaves of `tree`, which must have `treespec`'s structure."""
-    try:
-        return treespec.flatten_up_to(tree)
-    except ValueError as exc:
-        raise ValueError(f"{what} must have the structure of {like}: {exc}") from None
 
 
 def _zeros_like(x):
@@ -65,32 +46,29 @@ def _zeros_like(x):
     return namespace(x).zeros_like(x)
 
 
-def _check_nonnegative(**values) -> None:
-    for name, value in values.items():
-        if not value >= 0.0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-
-
-def _check_lr(lr) -> None:
-    if not callable(lr):
-        _check_nonnegative(lr=lr)
-
-
 class _Optimizer:
     """Shared plumbing: the learning rate (a float or a schedule) and
-    flattening parameters, gradients and buffers against one structure."""
+    flattening parameters, gradients and buffers against one structure.
+
+    A subclass sets its options in __init__, then calls _check_options();
+    _kernel runs its fused C step, which checks every option before it
+    touches anything."""
 
     _buffers: tuple[str, ...] = ()
 
     def __init__(self, lr: float | Callable[[int], float]):
-        _check_lr(lr)
         self.lr = lr
+
+    def _check_options(self) -> None:
+        """Raises InvalidArgumentError now, as torch.optim does, for options
+        the step would refuse: the C step, on no tensors, checks them and
+        does nothing else. A schedule's rates are checked at every step."""
+        lr = 0.0 if callable(self.lr) else self.lr
+        self._kernel([], [], {name: [] for name in self._buffers}, lr, 1)
 
     def _lr_at(self, step: int) -> float:
         """The learning rate of the 1-based `step`."""
-        lr = self.lr(step) if callable(self.lr) else self.lr
-        _check_nonnegative(lr=lr)
-        return float(lr)
+        return self.lr(step) if callable(self.lr) else self.lr
 
     def init(self, params) -> dict:
         """The state before the first step: step 0 and zeroed buffers
@@ -118,10 +96,10 @@ class _Optimizer:
         """One update of every parameter (in place); returns (params, opt_state)."""
         param_leaves, grad_leaves, buffers = self._leaves(params, grads, opt_state)
         step = opt_state["step"] + 1
-        self._update(param_leaves, grad_leaves, buffers, step)
+        self._kernel(param_leaves, grad_leaves, buffers, self._lr_at(step), step)
         return params, {**opt_state, "step": step}
 
-    def _update(self, params: list, grads: list, buffers: dict, step: int) -> None:
+    def _kernel(self, params: list, grads: list, buffers: dict, lr: float, step: int) -> None:
         raise NotImplementedError
 
 
@@ -139,17 +117,15 @@ class SGD(_Optimizer):
 
     def __init__(self, lr, momentum=0.0, nesterov=False, weight_decay=0.0):
         super().__init__(lr)
-        _check_nonnegative(momentum=momentum, weight_decay=weight_decay)
-        if nesterov and momentum == 0:
-            raise ValueError("nesterov momentum requires momentum > 0")
         self.momentum = float(momentum)
         self.nesterov = bool(nesterov)
         self.weight_decay = float(weight_decay)
         self._buffers = ("momentum_buffer",) if self.momentum else ()
+        self._check_options()
 
-    def _update(self, params, grads, buffers, step):
-        _capi.sgd_step(params, grads, buffers.get("momentum_buffer"), self._lr_at(step),
-                       self.momentum, self.weight_decay, self.nesterov, step)
+    def _kernel(self, params, grads, buffers, lr, step):
+        _capi.sgd_step(params, grads, buffers.get("momentum_buffer"), lr, self.momentum,
+                       self.weight_decay, self.nesterov, step)
 
     def __repr__(self):
         return (f"SGD(lr={self.lr!r}, momentum={self.momentum}, nesterov={self.nesterov}, "
@@ -172,18 +148,15 @@ class AdamW(_Optimizer):
     def __init__(self, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(lr)
         beta1, beta2 = betas
-        for index, beta in enumerate((beta1, beta2)):
-            if not 0.0 <= beta < 1.0:
-                raise ValueError(f"betas[{index}] must be in [0, 1), got {beta}")
-        _check_nonnegative(eps=eps, weight_decay=weight_decay)
         self.betas = (float(beta1), float(beta2))
         self.eps = float(eps)
         self.weight_decay = float(weight_decay)
+        self._check_options()
 
-    def _update(self, params, grads, buffers, step):
+    def _kernel(self, params, grads, buffers, lr, step):
         beta1, beta2 = self.betas
-        _capi.adamw_step(params, grads, buffers["exp_avg"], buffers["exp_avg_sq"],
-                         self._lr_at(step), beta1, beta2, self.eps, self.weight_decay, step)
+        _capi.adamw_step(params, grads, buffers["exp_avg"], buffers["exp_avg_sq"], lr, beta1,
+                         beta2, self.eps, self.weight_decay, step)
 
     def __repr__(self):
         return (f"AdamW(lr={self.lr!r}, betas={self.betas}, eps={self.eps}, "
@@ -200,44 +173,23 @@ def _shard_groups(sharded: list, comm) -> list:
     return list(groups.values())
 
 
-def _sharded_sum_of_squares(sharded: list, comm) -> float:
-    """Sum of squares of the full arrays behind ShardedArray leaves: each
-    rank's local squares, summed over the communicator of the axis each leaf
-    is sharded on (or `comm`): one small all-reduce per communicator."""
-    total = 0.0
-    for over, shards in _shard_groups(sharded, comm):
-        partial = np.array([_capi.sum_of_squares(shards)])
-        collectives.all_reduce(partial, comm=over, out=partial)
-        total += float(partial[0])
-    return total
-
-
-def _clip_on_device(leaves, sharded, replicated, max_norm, comm):
-    """clip_grad_norm for CUDA leaves with no host synchronisation: the sum
-    of squares stays in a one-element float64 array on the device, the
-    shards' partial sums are all-reduced there, and the clipping factor is
-    computed by the kernel that applies it. Returns the norm as a 0-d array
-    of the leaves' type."""
-    first = local(leaves[0])
-    xp = namespace(first)
-    total = xp.zeros((1,), dtype=xp.float64, device=device(first))
-    if replicated:
-        _capi.sum_of_squares_into(replicated, total)
-    for over, shards in _shard_groups(sharded, comm):
-        partial = xp.empty((1,), dtype=xp.float64, device=device(first))
-        _capi.sum_of_squares_into(shards, partial)
-        collectives.all_reduce(partial, comm=over, out=partial)
-        total = total + partial
-    _capi.clip_by_sum_of_squares([local(leaf) for leaf in leaves], total, max_norm)
-    return xp.sqrt(total)[0]
+def _zero_sum(like):
+    """A one-element float64 zero where `like` lives: on its CUDA device, or
+    a NumPy array on the host."""
+    if like is not None and on_cuda(like):
+        xp = namespace(like)
+        return xp.zeros((1,), dtype=xp.float64, device=device(like))
+    return np.zeros(1)
 
 
 def clip_grad_norm(grads, max_norm: float, *, comm=None):
     """Scales `grads` in place so their global L2 norm is at most `max_norm`
-    (as torch.nn.utils.clip_grad_norm_: by max_norm / (norm + 1e-6) when that
-    is below 1) and returns the norm before clipping: a float for host
-    arrays; for CUDA arrays a 0-d array of their type on their device, as
-    nothing here waits for the device (``float(norm)`` does).
+    and returns the norm before clipping: a float for host arrays; for CUDA
+    arrays a 0-d array of their type on their device, as nothing here waits
+    for the device (``float(norm)`` does). As
+    torch.nn.utils.clip_grad_norm_, the factor is
+    min(1, max_norm / (norm + 1e-6)): a NaN norm makes every gradient NaN,
+    an infinite one multiplies them by 0.
 
     The norm covers every leaf in one fused pass (float64 accumulation).
     Leaves that are ShardedArray hold a shard of a larger gradient: their
@@ -246,19 +198,26 @@ def clip_grad_norm(grads, max_norm: float, *, comm=None):
     so every rank gets the norm of the full gradients. Replicated leaves are
     counted once, as they are: call this after the gradients were
     synchronised.
+
+    The sum of squares stays where the leaves live (on the device for CUDA
+    leaves, with no host synchronisation), and the C kernel that scales
+    them computes the factor from it, on the host as on a device.
     """
-    if not max_norm >= 0.0:
-        raise ValueError(f"max_norm must be >= 0, got {max_norm}")
     leaves, _ = flatten(grads)
+    arrays = [local(leaf) for leaf in leaves]
+    total = _zero_sum(arrays[0] if arrays else None)
     sharded = [leaf for leaf in leaves if _is_sharded(leaf)]
-    replicated = [leaf for leaf in leaves if not _is_sharded(leaf)]
-    if leaves and on_cuda(local(leaves[0])):
-        return _clip_on_device(leaves, sharded, replicated, max_norm, comm)
-    squares = _capi.sum_of_squares(replicated) if replicated else 0.0
-    if sharded:
-        squares += _sharded_sum_of_squares(sharded, comm)
-    norm = math.sqrt(squares)
-    coefficient = max_norm / (norm + _CLIP_EPS)
-    if coefficient < 1.0:
-        _capi.scale([local(leaf) for leaf in leaves], coefficient)
-    return norm
+    if sharded:  # max_norm is checked (by the kernel, on no arrays) before sums travel
+        _capi.clip_by_sum_of_squares([], total, max_norm)
+    replicated = [local(leaf) for leaf in leaves if not _is_sharded(leaf)]
+    if replicated:
+        _capi.sum_of_squares_into(replicated, total)
+    for over, shards in _shard_groups(sharded, comm):
+        partial = _zero_sum(shards[0])
+        _capi.sum_of_squares_into(shards, partial)
+        collectives.all_reduce(partial, comm=over, out=partial)
+        total = total + partial
+    _capi.clip_by_sum_of_squares(arrays, total, max_norm)
+    if isinstance(total, np.ndarray):
+        return math.sqrt(total[0])
+    return namespace(total).sqrt(total)[0]

@@ -13,34 +13,22 @@ parameters; they are synchronised in place.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from . import collectives
 from ._capi import GradSync
-from .optim import flatten, flatten_like, local
-from .world import Communicator, world
+from ._pytree import flatten_like
+from .communicator import Communicator, world
+from .errors import InvalidArgumentError
+from .sharded import flatten, local
 
 __all__ = ["GradientSynchronizer", "train_step"]
-
-_REDUCE = ("mean", "sum")
-_COMPRESS = (None, "bf16", "fp16")
 
 
 def _communicator(comm):
     return world() if comm is None else comm
-
-
-def _check_options(reduce, compress, bucket_cap_mb, first_bucket_mb) -> str:
-    """The reduce op in lower case, after every option was checked."""
-    op = reduce.lower() if isinstance(reduce, str) else reduce
-    if op not in _REDUCE:
-        raise ValueError(f"reduce must be 'mean' or 'sum' (any case), got {reduce!r}")
-    if compress not in _COMPRESS:
-        raise ValueError(f"compress must be None, 'bf16' or 'fp16', got {compress!r}")
-    for name, value in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
-        if not value > 0:
-            raise ValueError(f"{name} must be > 0, got {value}")
-    return op
 
 
 class GradientSynchronizer:
@@ -71,24 +59,18 @@ class GradientSynchronizer:
 
     def __init__(self, params, *, comm=None, bucket_cap_mb=25, first_bucket_mb=1,
                  reduce="mean", compress=None, ready_order=None):
-        op = _check_options(reduce, compress, bucket_cap_mb, first_bucket_mb)
         leaves, self._treespec = flatten(params)
         if not leaves:
             raise ValueError("params has no array leaves to synchronise")
-        self._check_ready_order(ready_order, len(leaves))
         self.comm = _communicator(comm)
+        # The C library checks every option, before any communication.
         self._sync = GradSync(self.comm._handle, [local(x) for x in leaves], ready_order,
-                              float(bucket_cap_mb), float(first_bucket_mb), op, compress)
+                              bucket_cap_mb, first_bucket_mb,
+                              reduce.lower() if isinstance(reduce, str) else reduce, compress)
         self._marked: list = [None] * len(leaves)
         # synchronize() marks in bucket order, so every bucket starts as soon
         # as its own gradients are in.
         self._order = sorted(range(len(leaves)), key=self._sync.bucket_of)
-
-    @staticmethod
-    def _check_ready_order(ready_order, count: int) -> None:
-        if ready_order is not None and sorted(ready_order) != list(range(count)):
-            raise ValueError(f"ready_order must be a permutation of 0..{count - 1}, "
-                             f"got {list(ready_order)}")
 
     @property
     def num_grads(self) -> int:
@@ -104,8 +86,11 @@ class GradientSynchronizer:
         return self._sync.bucket_of(self._check_index(index))
 
     def _check_index(self, index) -> int:
-        if not 0 <= index < len(self._marked):
-            raise ValueError(f"gradient index {index} is outside [0, {len(self._marked)})")
+        # The C library checks the upper bound; a negative index has no size_t.
+        index = operator.index(index)
+        if index < 0:
+            raise InvalidArgumentError(
+                f"gradient index {index} is outside [0, {len(self._marked)})")
         return index
 
     def mark_ready(self, index: int, grad) -> None:

@@ -36,14 +36,16 @@ import warnings
 
 import numpy as np
 
-from . import _capi
-from .metrics_base import Metric, to_numpy
+from .. import _capi
+from .base import Metric, to_numpy
 
 __all__ = ["Accuracy", "BinaryAUROC", "ConfusionMatrix", "F1Score", "FBetaScore", "Precision",
            "Recall"]
 
 TASKS = ("binary", "multiclass", "multilabel")
 AVERAGES = ("micro", "macro", "weighted", "none")
+# Probabilities at or above it are positive (binary and multilabel tasks).
+THRESHOLD = 0.5
 
 
 def _check_task(name, task, num_classes):
@@ -118,7 +120,7 @@ class ConfusionMatrix(_ClassCounts):
     metric's home: NumPy for NumPy inputs, torch for torch inputs (on their
     device)."""
 
-    def __init__(self, num_classes=None, task="multiclass", threshold=0.5):
+    def __init__(self, num_classes=None, task="multiclass", threshold=THRESHOLD):
         super().__init__(task, num_classes, threshold)
 
     def _compute(self):
@@ -164,7 +166,7 @@ class _Score(_ClassCounts):
 class Precision(_Score):
     """tp / (tp + fp)."""
 
-    def __init__(self, task="multiclass", num_classes=None, average="micro", threshold=0.5):
+    def __init__(self, task="multiclass", num_classes=None, average="micro", threshold=THRESHOLD):
         super().__init__(task, num_classes, threshold, average)
 
     def _parts(self, tp, fp, fn):
@@ -174,7 +176,7 @@ class Precision(_Score):
 class Recall(_Score):
     """tp / (tp + fn)."""
 
-    def __init__(self, task="multiclass", num_classes=None, average="micro", threshold=0.5):
+    def __init__(self, task="multiclass", num_classes=None, average="micro", threshold=THRESHOLD):
         super().__init__(task, num_classes, threshold, average)
 
     def _parts(self, tp, fp, fn):
@@ -186,7 +188,7 @@ class FBetaScore(_Score):
     harmonic mean of precision and recall (recall beta times as important)."""
 
     def __init__(self, beta=1.0, task="multiclass", num_classes=None, average="micro",
-                 threshold=0.5):
+                 threshold=THRESHOLD):
         super().__init__(task, num_classes, threshold, average)
         if not beta > 0:
             raise ValueError(f"{type(self).__name__}: beta must be positive, got {beta}")
@@ -200,7 +202,7 @@ class FBetaScore(_Score):
 class F1Score(FBetaScore):
     """FBetaScore with beta = 1: 2 tp / (2 tp + fn + fp)."""
 
-    def __init__(self, task="multiclass", num_classes=None, average="micro", threshold=0.5):
+    def __init__(self, task="multiclass", num_classes=None, average="micro", threshold=THRESHOLD):
         super().__init__(1.0, task, num_classes, average, threshold)
 
 
@@ -216,7 +218,7 @@ class Accuracy(Metric):
 
     NaN with a RuntimeWarning before any sample."""
 
-    def __init__(self, task="multiclass", num_classes=None, top_k=1, threshold=0.5):
+    def __init__(self, task="multiclass", num_classes=None, top_k=1, threshold=THRESHOLD):
         super().__init__()
         self.task = task
         self.num_classes = _check_task("Accuracy", task, num_classes)

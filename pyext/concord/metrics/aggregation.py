@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from . import _capi
-from .metrics_base import Metric, to_numpy
+from .. import _capi
+from .base import Metric, to_numpy
 
 __all__ = ["Cat", "Max", "Mean", "Min", "Sum", "WeightedMean"]
 

@@ -4,23 +4,25 @@ Two APIs:
 
 - functional reductions of metric pytrees across ranks (datarax):
   reduce_mean / reduce_sum / reduce_max / reduce_min, reduce_custom,
-  reduce_mean_collective / reduce_sum_collective, all_gather,
-  collect_from_devices (see concord.metrics_functional);
+  reduce_mean_collective / reduce_sum_collective (datarax's names, bound
+  from concord._aliases), all_gather, collect_from_devices (see
+  concord.metrics.functional);
 - stateful metrics with local updates and an asynchronous fused sync
   (d9d, torchmetrics): Metric and its implementations, MetricCollection
-  (see concord.metrics_base for the lifecycle and how the synced totals
+  (see concord.metrics.base for the lifecycle and how the synced totals
   and the local window are kept apart).
 
 Both work where the data lives: metric states live in the array library
 and on the device of a metric's first inputs (NumPy on the host, torch or
-CuPy on their device; see concord.metrics_base), updates never wait for
+CuPy on their device; see concord.metrics.base), updates never wait for
 the device, and functional reductions return each leaf's own type on its
 own device.
 """
 
-from .metrics_aggregation import Cat, Max, Mean, Min, Sum, WeightedMean
-from .metrics_base import Metric
-from .metrics_classification import (
+from .. import _aliases
+from .aggregation import Cat, Max, Mean, Min, Sum, WeightedMean
+from .base import Metric
+from .classification import (
     Accuracy,
     BinaryAUROC,
     ConfusionMatrix,
@@ -29,17 +31,15 @@ from .metrics_classification import (
     Precision,
     Recall,
 )
-from .metrics_collection import MetricCollection
-from .metrics_functional import (
+from .collection import MetricCollection
+from .functional import (
     all_gather,
     collect_from_devices,
     reduce_custom,
     reduce_max,
     reduce_mean,
-    reduce_mean_collective,
     reduce_min,
     reduce_sum,
-    reduce_sum_collective,
 )
 
 __all__ = [
@@ -63,8 +63,9 @@ __all__ = [
     "reduce_custom",
     "reduce_max",
     "reduce_mean",
-    "reduce_mean_collective",
     "reduce_min",
     "reduce_sum",
-    "reduce_sum_collective",
 ]
+
+_aliases.bind_collectives(globals())
+__all__ += _aliases.COLLECTIVES

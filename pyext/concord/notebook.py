@@ -1,4 +1,4 @@
-"""concord.launch: run a function as the ranks of a job, from a notebook.
+"""concord.launch(): run a function as the ranks of a job, from a notebook.
 
     def work(n):
         import concord, numpy as np
@@ -241,6 +241,5 @@ def launch(fn, nprocs: int, *args):
     return results
 
 
-# concord re-exports the function as concord.launch, hiding this module
-# there; keep concord.launch.LaunchError reachable.
+# The error is documented as concord.launch.LaunchError: the function carries it.
 launch.LaunchError = LaunchError

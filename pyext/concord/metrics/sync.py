@@ -23,16 +23,15 @@ device data is read on the host.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 from array_api_compat import device as array_device
 
-from . import collectives, world
-from ._host import device_key
-from .arrays import namespace
-from .errors import MismatchError
+from .. import _world, collectives
+from .._host import device_key
+from .._pytree import agree, group_indices
+from ..arrays import namespace
 
 __all__ = ["Entry", "PendingSync", "StateSpec", "array_home", "start_sync"]
 
@@ -142,44 +141,26 @@ class Entry:
     window: object  # an array of the metric's namespace, on its device
 
 
-def _fingerprint(entries, devices=None):
-    """64 bits identifying the states' keys, ops, shapes, dtypes and device
-    kinds (host or GPU), in order; devices[id(entry)] is its device_key,
-    found here when not given."""
+def _signature(entries, devices=None):
+    """What ranks must agree on: the states' keys, ops, shapes, dtypes and
+    device kinds (host or GPU), in order; devices[id(entry)] is its
+    device_key, found here when not given."""
     if devices is None:
         devices = {id(e): device_key(e.window) for e in entries}
-    text = ";".join(f"{'/'.join(map(str, e.key))}={e.spec.describe()}@{devices[id(e)][0]}"
+    return ";".join(f"{'/'.join(map(str, e.key))}={e.spec.describe()}@{devices[id(e)][0]}"
                     for e in entries)
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int(np.frombuffer(digest, np.int64)[0])
 
 
 _MISMATCH = ("metric sync: ranks hold different metric states (names, reduce ops, shapes, "
              "dtypes, or host versus GPU, differ)")
 
 
-def _exchange_header(comm, entries, cats, devices):
-    """Blocking all-gather of [fingerprint, rows of each cat state]; returns
-    the rows per (rank, cat state), or raises MismatchError on every rank."""
-    header = np.array([_fingerprint(entries, devices)] + [len(e.window) for e in cats], np.int64)
-    try:
-        gathered = collectives.all_gather(header, tiled=False, comm=comm)
-    except MismatchError as exc:  # a different number of cat states
-        raise MismatchError(f"{_MISMATCH}: {exc}") from exc
-    differing = [r for r in range(comm.size) if gathered[r, 0] != gathered[0, 0]]
-    if differing:
-        raise MismatchError(f"{_MISMATCH}: ranks {differing} disagree with rank 0")
-    return gathered[:, 1:]
-
-
 def _by_device(entries, devices):
     """The entries grouped by the device their window lives on (all host
     arrays together), groups in order of first appearance: the same on every
-    rank, whose fingerprints pin each state to the host or a GPU."""
-    groups = {}
-    for entry in entries:
-        groups.setdefault(devices[id(entry)], []).append(entry)
-    return list(groups.values())
+    rank, whose signatures pin each state to the host or a GPU."""
+    groups = group_indices(devices[id(entry)] for entry in entries)
+    return [[entries[i] for i in indices] for indices in groups.values()]
 
 
 def _in(xp, array):
@@ -280,10 +261,12 @@ def start_sync(entries, comm=None):
 
     One collective per reduce op and device: the states of every metric on
     the host in one, those on a GPU in another."""
-    comm = world.world() if comm is None else comm
+    comm = _world.current() if comm is None else comm
     cats = [e for e in entries if e.spec.op == "cat"]
     devices = {id(e): device_key(e.window) for e in entries}  # read once: slow for torch
-    rows = _exchange_header(comm, entries, cats, devices)
+    # Ranks agree on the states, and learn each other's cat row counts.
+    rows = agree(comm, _signature(entries, devices), _MISMATCH,
+                 extra=[len(e.window) for e in cats])
     works = []
     for op in REDUCE_OPS:
         for group in _by_device([e for e in entries if e.spec.op == op], devices):

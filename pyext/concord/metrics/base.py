@@ -63,9 +63,9 @@ import numpy as np
 from array_api_compat import device as array_device
 from array_api_compat import is_jax_array, is_torch_array
 
-from ._host import device_key, is_host, to_host
-from .arrays import namespace
-from .metrics_sync import Entry, StateSpec, start_sync
+from .._host import device_key, is_host, to_host
+from ..arrays import namespace
+from .sync import Entry, StateSpec, start_sync
 
 __all__ = ["Metric", "to_numpy"]
 

@@ -1,8 +1,7 @@
-"""The world communicator of this process, and the Communicator class."""
+"""Communicators: the Communicator class, and joining and leaving the world
+(concord.init, concord.shutdown) with the queries of the world's ranks."""
 
-import os
-
-from . import _capi, collectives
+from . import _capi, _world, collectives
 from .errors import ConcordError, InvalidArgumentError
 
 __all__ = [
@@ -15,10 +14,6 @@ __all__ = [
     "world",
     "world_size",
 ]
-
-_NOT_INITIALISED = "concord is not initialised: call concord.init() first"
-
-_world = None
 
 
 class Communicator:
@@ -118,7 +113,6 @@ def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master
     SLURM; with nothing set this process is a world of one. `timeout` (seconds,
     default CONCORD_TIMEOUT or 600) bounds every blocking operation.
     """
-    global _world
     if is_initialized():
         raise ConcordError("concord is already initialised: call concord.shutdown() first")
     if timeout is not None and not timeout > 0:
@@ -128,30 +122,29 @@ def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master
         world_size=_optional(world_size, -1),
         master_addr=master_addr,
         master_port=_optional(master_port, 0),
+        token=None,
         timeout=_optional(timeout, 0.0),
         backend=backend,
     )
-    _world = Communicator(handle)
-    return _world
+    comm = Communicator(handle)
+    _world.replace(comm)
+    return comm
 
 
 def shutdown():
     """Closes the world communicator; init() may be called again afterwards."""
-    global _world
-    comm, _world = _world, None
+    comm = _world.replace(None)
     if comm is not None:
         comm.close()
 
 
 def is_initialized():
-    return _world is not None and not _world.closed
+    return _world.is_open()
 
 
 def world():
     """The world communicator."""
-    if not is_initialized():
-        raise ConcordError(_NOT_INITIALISED)
-    return _world
+    return _world.current()
 
 
 def rank():
@@ -165,12 +158,3 @@ def world_size():
 def local_rank():
     return world().local_rank
 
-
-def _forget_world():
-    # A forked child starts without a world: the parent's communicator is
-    # the parent's (its handle is never destroyed from the child).
-    global _world
-    _world = None
-
-
-os.register_at_fork(after_in_child=_forget_world)

@@ -24,7 +24,6 @@ come back as floats; bools summed come back as ints (counts).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -32,9 +31,10 @@ import optree
 from array_api_compat import device as array_device
 from array_api_compat import is_jax_array, is_torch_array
 
-from . import collectives
-from ._host import device_key, to_host
-from .arrays import namespace
+from .._host import device_key, to_host
+from .._pytree import fused_all_gather, group_indices
+from ..arrays import namespace
+from ..mesh import axis_comm
 
 __all__ = [
     "all_gather",
@@ -42,22 +42,12 @@ __all__ = [
     "reduce_custom",
     "reduce_max",
     "reduce_mean",
-    "reduce_mean_collective",
     "reduce_min",
     "reduce_sum",
-    "reduce_sum_collective",
 ]
 
 OPS = ("mean", "sum", "max", "min")
 _PYTHON_SCALARS = (bool, int, float)
-
-
-def _comm(axis_name):
-    # Imported on first use: importing concord (which imports metrics) must
-    # not depend on the mesh module.
-    from .mesh import axis_comm
-
-    return axis_comm(axis_name)
 
 
 def _own_namespace(leaf):
@@ -129,15 +119,6 @@ def _restore(leaf, array):
     return namespace(leaf).asarray(array, device=array_device(leaf))
 
 
-def _by_key(items, key):
-    """Indices of `items` grouped by key(item), groups in order of first
-    appearance (the same on every rank: ranks pass the same structure)."""
-    groups = {}
-    for i, item in enumerate(items):
-        groups.setdefault(key(item), []).append(i)
-    return groups
-
-
 def _op_of(path, reduce_fn):
     return reduce_fn.get(path[0], "mean") if path else "mean"
 
@@ -163,9 +144,9 @@ def _reduce(leaves, ops, axis_name):
     another), all in flight together."""
     buffers = [None if op is None else _copy(leaf, op) for leaf, op in zip(leaves, ops)]
     reduced = [i for i, op in enumerate(ops) if op is not None]
-    groups = _by_key(reduced, lambda i: (OPS.index(ops[i]), device_key(buffers[i])))
+    groups = group_indices((OPS.index(ops[i]), device_key(buffers[i])) for i in reduced)
     if groups:
-        comm = _comm(axis_name)
+        comm = axis_comm(axis_name)
         works = [comm._handle.all_reduce_multi([buffers[reduced[j]] for j in members],
                                                OPS[op_index], True)
                  for (op_index, _), members in sorted(groups.items(), key=_group_order)]
@@ -217,45 +198,12 @@ def reduce_min(metrics, *, axis_name=None):
     return _reduce_all(metrics, "min", axis_name)
 
 
-def reduce_mean_collective(metrics, axis_name="batch"):
-    """reduce_mean over `axis_name` (the seeds' default "batch" means the
-    whole world when no mesh is active)."""
-    return reduce_mean(metrics, axis_name=axis_name)
-
-
-def reduce_sum_collective(metrics, axis_name="batch"):
-    """reduce_sum over `axis_name`."""
-    return reduce_sum(metrics, axis_name=axis_name)
-
-
 def _gather_leaves(leaves, axis_name):
     """Every leaf of every rank as an array (ranks, *shape): NumPy for host
     copies, the leaf's own namespace on its device otherwise; one
-    all-gather per device, library and dtype, the leaves packed into one
-    buffer."""
+    all-gather per kind of array, the leaves packed into one buffer."""
     copies = [_copy(leaf) for leaf in leaves]
-    if not copies:
-        return []
-    groups = _by_key(copies, lambda c: (device_key(c), namespace(c), c.dtype))
-    comm = _comm(axis_name)
-    works = {}
-    for key, members in groups.items():
-        xp = key[1]
-        flat = [xp.reshape(copies[i], (-1,)) for i in members]
-        packed = xp.concat(flat)
-        works[key] = collectives.all_gather(packed, tiled=False, comm=comm, async_op=True)
-    stacked = [None] * len(copies)
-    for key, members in groups.items():
-        xp = key[1]
-        gathered = works[key].wait()
-        ranks = gathered.shape[0]
-        offset = 0
-        for i in members:
-            shape = tuple(copies[i].shape)
-            size = math.prod(shape)
-            stacked[i] = xp.reshape(gathered[:, offset:offset + size], (ranks, *shape))
-            offset += size
-    return stacked
+    return fused_all_gather(copies, axis_comm(axis_name)) if copies else []
 
 
 def all_gather(metrics, *, axis_name=None):

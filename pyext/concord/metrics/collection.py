@@ -5,7 +5,7 @@ metrics: every sum state of every metric in one all_reduce_multi, every max
 in one, every min in one, every Cat state in one all-gather (after the small
 header exchange that checks every rank holds the same metrics).
 
-Members keep their own homes (see concord.metrics_base): they may live in
+Members keep their own homes (see concord.metrics.base): they may live in
 different array libraries and on different devices, say a NumPy Cat of
 sample ids beside torch CUDA counts. A sync reduces each device's states in
 their own collectives: one per reduce op and device (host states, NumPy
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .metrics_base import Metric
-from .metrics_sync import start_sync
+from .base import Metric
+from .sync import start_sync
 
 __all__ = ["MetricCollection"]
 
