@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "base/format.hpp"
-#include "kernels/dispatch.hpp"
+#include "kernels/front.hpp"
 #include "kernels/multi_tensor.hpp"
 #include "plugin/cuda_plugin.hpp"
 

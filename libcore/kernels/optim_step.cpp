@@ -8,7 +8,8 @@
 #include "base/format.hpp"
 #include "kernels/cpu/optim.hpp"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/dispatch.hpp"
+#include "kernels/front.hpp"
+#include "kernels/optim.hpp"
 
 namespace concord::kernels {
 namespace {
@@ -71,7 +72,7 @@ void check_tensors(const char* op, std::initializer_list<NamedList> lists) {
       invalid_argument(op, ": ", params.name, "[", i, "] is on ", device_str(p.device), " but ",
                        params.name, "[0] is on ", device_str(first),
                        "; pass tensors on one device");
-    if (p.dtype != DType::kFloat32 && p.dtype != DType::kFloat64)
+    if (!OptimizerDTypes::contains(p.dtype))
       invalid_argument(op, ": ", params.name, "[", i, "] is ", dtype_name(p.dtype),
                        "; the optimizers update float32 or float64 parameters");
     for (const NamedList& list : lists) {

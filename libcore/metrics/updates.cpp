@@ -12,8 +12,9 @@
 #include "base/format.hpp"
 #include "kernels/cpu/clones.hpp"
 #include "kernels/cuda/launch.hpp"
+#include "kernels/codec.hpp"
 #include "kernels/dispatch.hpp"
-#include "kernels/half.hpp"
+#include "kernels/front.hpp"
 #include "kernels/metric_functors.hpp"
 
 namespace concord::metrics {
@@ -35,82 +36,38 @@ std::string number_str(T value) {
 }
 
 // ---- decoding --------------------------------------------------------------
+// Elements load through their codec (kernels/codec.hpp): floats in their
+// own precision (float16 and bfloat16 widen to float exactly), integers as
+// themselves, bool as 0 or 1.
 
-// How a dtype's storage becomes a value: floats in their own precision
-// (float16 and bfloat16 widen to float exactly), integers as themselves.
-template <typename S>
-struct Native {
-  using Storage = S;
-  using Value = S;
-  static S load(S v) { return v; }
-};
-struct Fp16 {
-  using Storage = std::uint16_t;
-  using Value = float;
-  static float load(std::uint16_t v) { return fp16_to_float(v); }
-};
-struct Bf16 {
-  using Storage = std::uint16_t;
-  using Value = float;
-  static float load(std::uint16_t v) { return bf16_to_float(v); }
-};
-// Any nonzero byte is true, as in the reductions.
-struct Bool {
-  using Storage = std::uint8_t;
-  using Value = std::uint8_t;
-  static std::uint8_t load(std::uint8_t v) { return v != 0; }
-};
-
-template <class Fn>
-decltype(auto) visit_floating(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat16: return fn(Fp16{});
-    case DType::kBFloat16: return fn(Bf16{});
-    case DType::kFloat32: return fn(Native<float>{});
-    default: return fn(Native<double>{});
-  }
-}
-
-template <class Fn>
-decltype(auto) visit(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kInt8: return fn(Native<std::int8_t>{});
-    case DType::kInt32: return fn(Native<std::int32_t>{});
-    case DType::kInt64: return fn(Native<std::int64_t>{});
-    case DType::kUInt8: return fn(Native<std::uint8_t>{});
-    case DType::kBool: return fn(Bool{});
-    default: return visit_floating(dtype, fn);
-  }
-}
-
-template <class Codec>
-const typename Codec::Storage* typed(const TensorView& t) {
-  return static_cast<const typename Codec::Storage*>(t.data);
+template <class C>
+const typename C::Storage* typed(const TensorView& t) {
+  return static_cast<const typename C::Storage*>(t.data);
 }
 
 // Compiled for AVX2 as well (kernels/cpu/clones.hpp), as are the other hot
 // loops below: AVX2 widens the float16 decodes, brings 64-bit compares to
 // the label checks and doubles the lanes of the argmax.
-template <class Codec, typename Out>
-CONCORD_CPU_CLONES void decode_span(const typename Codec::Storage* src, std::int64_t n,
+template <class C, typename Out>
+CONCORD_CPU_CLONES void decode_span(const typename C::Storage* src, std::int64_t n,
                                     Out* out) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(Codec::load(src[i]));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(C::load(src[i]));
 }
 
 // Elements [begin, begin + n) of `t` converted to Out.
 template <typename Out>
 void decode(const TensorView& t, std::int64_t begin, std::int64_t n, Out* out) {
-  visit(t.dtype, [&](auto codec) {
-    using Codec = decltype(codec);
-    decode_span<Codec>(typed<Codec>(t) + begin, n, out);
+  visit_dtype(t.dtype, [&](auto tag) {
+    using C = Codec<decltype(tag)::value>;
+    decode_span<C>(typed<C>(t) + begin, n, out);
   });
 }
 
 // An element as stored, floats in the shortest form of their own precision.
 std::string element_str(const TensorView& t, std::int64_t index) {
-  return visit(t.dtype, [&](auto codec) {
-    using Codec = decltype(codec);
-    return number_str(Codec::load(typed<Codec>(t)[index]));
+  return visit_dtype(t.dtype, [&](auto tag) {
+    using C = Codec<decltype(tag)::value>;
+    return number_str(C::load(typed<C>(t)[index]));
   });
 }
 
@@ -239,32 +196,32 @@ constexpr std::int64_t kArgmaxGroupMax = 64;
 constexpr std::int64_t kArgmaxGroupMin = 16;
 constexpr std::int64_t kArgmaxGroupBytes = 4096;
 
-template <class Codec>
-CONCORD_CPU_CLONES void argmax_group(const typename Codec::Storage* rows,
+template <class C>
+CONCORD_CPU_CLONES void argmax_group(const typename C::Storage* rows,
                                      std::int32_t num_classes, std::int64_t n,
                                      std::int64_t* out) {
-  typename Codec::Value best[kArgmaxGroupMax];
+  typename C::Compute best[kArgmaxGroupMax];
   std::int32_t cls[kArgmaxGroupMax];
   for (std::int64_t r = 0; r < n; ++r) {
-    best[r] = Codec::load(rows[r * num_classes]);
+    best[r] = C::load(rows[r * num_classes]);
     cls[r] = 0;
   }
   for (std::int32_t c = 1; c < num_classes; ++c)
     for (std::int64_t r = 0; r < n; ++r)
-      argmax_step(Codec::load(rows[r * num_classes + c]), c, best[r], cls[r]);
+      argmax_step(C::load(rows[r * num_classes + c]), c, best[r], cls[r]);
   for (std::int64_t r = 0; r < n; ++r) out[r] = cls[r];
 }
 
 // Predicted class of rows [begin, begin + n) of (N, C) scores, n <= kBlock.
-template <class Codec>
+template <class C>
 void argmax_rows(const TensorView& scores, std::int64_t num_classes, std::int64_t begin,
                  std::int64_t n, std::int64_t* out) {
-  const auto* rows = typed<Codec>(scores) + begin * num_classes;
-  const std::int64_t row_bytes = num_classes * sizeof(typename Codec::Storage);
+  const auto* rows = typed<C>(scores) + begin * num_classes;
+  const std::int64_t row_bytes = num_classes * sizeof(typename C::Storage);
   const std::int64_t group =
       std::clamp(kArgmaxGroupBytes / row_bytes, kArgmaxGroupMin, kArgmaxGroupMax);
   for (std::int64_t r = 0; r < n; r += group)
-    argmax_group<Codec>(rows + r * num_classes, static_cast<std::int32_t>(num_classes),
+    argmax_group<C>(rows + r * num_classes, static_cast<std::int32_t>(num_classes),
                         std::min(group, n - r), out + r);
 }
 
@@ -280,8 +237,8 @@ void confusion_matrix_cpu(std::int64_t* cells, const std::int64_t num_classes,
     decode(target, begin, n, t);
     check_class_labels(op, "target", target, begin, n, t, num_classes);
     if (scores) {
-      visit_floating(preds.dtype, [&](auto codec) {
-        argmax_rows<decltype(codec)>(preds, num_classes, begin, n, p);
+      visit_floating(preds.dtype, [&](auto tag) {
+        argmax_rows<Codec<decltype(tag)::value>>(preds, num_classes, begin, n, p);
       });
     } else {
       decode(preds, begin, n, p);
@@ -382,16 +339,16 @@ void multilabel_counts_cpu(std::int64_t* cells, std::int64_t labels, const Tenso
   }
 }
 
-template <class Codec>
+template <class C>
 CONCORD_CPU_CLONES std::int64_t topk_hits(const TensorView& scores, std::int64_t num_classes,
                                           std::int64_t begin, std::int64_t n,
                                           const std::int64_t* t, std::int64_t k) {
-  const auto* rows = typed<Codec>(scores) + begin * num_classes;
+  const auto* rows = typed<C>(scores) + begin * num_classes;
   const auto classes = static_cast<std::int32_t>(num_classes);
   std::int64_t hits = 0;
   for (std::int64_t r = 0; r < n; ++r) {
     const auto* row = rows + r * num_classes;
-    hits += topk_hit([row](std::int32_t c) { return Codec::load(row[c]); }, classes, t[r], k);
+    hits += topk_hit([row](std::int32_t c) { return C::load(row[c]); }, classes, t[r], k);
   }
   return hits;
 }
@@ -405,8 +362,8 @@ void topk_correct_cpu(std::int64_t* cells, const TensorView& preds, const Tensor
     std::int64_t t[kBlock];
     decode(target, begin, m, t);
     check_class_labels("topk_correct", "target", target, begin, m, t, num_classes);
-    hits += visit_floating(preds.dtype, [&](auto codec) {
-      return topk_hits<decltype(codec)>(preds, num_classes, begin, m, t, k);
+    hits += visit_floating(preds.dtype, [&](auto tag) {
+      return topk_hits<Codec<decltype(tag)::value>>(preds, num_classes, begin, m, t, k);
     });
   }
   cells[0] += hits;

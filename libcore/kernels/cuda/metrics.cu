@@ -17,11 +17,11 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/codec.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/entry_points.hpp"
-#include "kernels/half.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/metric_functors.hpp"
-#include "kernels/pack.hpp"
 
 namespace concord::cuda_exec {
 namespace {
@@ -29,35 +29,28 @@ namespace {
 using namespace concord::metrics;
 
 // ---- decoding ----------------------------------------------------------------------
-// The dtype is the same for every thread, so the switches do not diverge.
+// Through the codecs (kernels/codec.hpp), as on the CPU. The dtype is the
+// same for every thread, so the dtype switch does not diverge.
 
 // Element i of any dtype as a double (weights, values, probabilities).
 __device__ __forceinline__ double load_number(const void* data, DType dtype, std::int64_t i) {
-  switch (dtype) {
-    case DType::kFloat16: return fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::kBFloat16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::kFloat32: return static_cast<const float*>(data)[i];
-    case DType::kFloat64: return static_cast<const double*>(data)[i];
-    case DType::kInt8: return static_cast<const std::int8_t*>(data)[i];
-    case DType::kInt32: return static_cast<const std::int32_t*>(data)[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
-    case DType::kUInt8: return static_cast<const std::uint8_t*>(data)[i];
-    case DType::kBool: return static_cast<const std::uint8_t*>(data)[i] != 0 ? 1.0 : 0.0;
-  }
-  return 0.0;
+  return visit_dtype(dtype, [&](auto tag) {
+    using C = Codec<decltype(tag)::value>;
+    return static_cast<double>(C::load(static_cast<const typename C::Storage*>(data)[i]));
+  });
 }
 
 // Element i of a label dtype (floating labels are rejected by the caller;
 // -1 keeps them out of every range here).
 __device__ __forceinline__ std::int64_t load_label(const void* data, DType dtype, std::int64_t i) {
-  switch (dtype) {
-    case DType::kInt8: return static_cast<const std::int8_t*>(data)[i];
-    case DType::kInt32: return static_cast<const std::int32_t*>(data)[i];
-    case DType::kInt64: return static_cast<const std::int64_t*>(data)[i];
-    case DType::kUInt8: return static_cast<const std::uint8_t*>(data)[i];
-    case DType::kBool: return static_cast<const std::uint8_t*>(data)[i] != 0;
-    default: return -1;
-  }
+  return visit_dtype(dtype, [&](auto tag) -> std::int64_t {
+    constexpr DType D = decltype(tag)::value;
+    using C = Codec<D>;
+    if constexpr (FloatingDTypes::contains(D))
+      return -1;
+    else
+      return static_cast<std::int64_t>(C::load(static_cast<const typename C::Storage*>(data)[i]));
+  });
 }
 
 // An input tensor as the kernels read it.
@@ -99,7 +92,7 @@ struct ConfusionLabels {
 // confusion (C, C) from the argmax of score rows (N, C).
 template <DType D>
 struct ConfusionScores {
-  const typename FloatCodec<D>::Storage* scores;
+  const typename Codec<D>::Storage* scores;
   Input target;
   std::int64_t num_classes;
 
@@ -108,7 +101,7 @@ struct ConfusionScores {
     const std::int64_t t = load_label(target.data, target.dtype, i);
     if (!label_in_range(t, num_classes)) return false;
     const auto* row = scores + i * num_classes;
-    const std::int32_t p = argmax_row([row](std::int32_t c) { return FloatCodec<D>::load(row[c]); },
+    const std::int32_t p = argmax_row([row](std::int32_t c) { return Codec<D>::load(row[c]); },
                                       static_cast<std::int32_t>(num_classes));
     add(confusion_cell(t, p, num_classes));
     return true;
@@ -155,7 +148,7 @@ struct MultilabelCounts {
 // counts (2,) = [hits, samples] of top-k membership.
 template <DType D>
 struct TopkCorrect {
-  const typename FloatCodec<D>::Storage* scores;
+  const typename Codec<D>::Storage* scores;
   Input target;
   std::int64_t num_classes, k;
 
@@ -164,7 +157,7 @@ struct TopkCorrect {
     const std::int64_t t = load_label(target.data, target.dtype, i);
     if (!label_in_range(t, num_classes)) return false;
     const auto* row = scores + i * num_classes;
-    if (topk_hit([row](std::int32_t c) { return FloatCodec<D>::load(row[c]); },
+    if (topk_hit([row](std::int32_t c) { return Codec<D>::load(row[c]); },
                  static_cast<std::int32_t>(num_classes), t, k))
       add(0);
     add(1);
@@ -332,10 +325,10 @@ int metric_confusion_matrix(std::int64_t* confusion, std::int64_t num_classes, D
                    to_cuda(stream));
       return;
     }
-    visit_floating("confusion_matrix", preds.dtype, [&](auto tag) {
+    visit_floating(preds.dtype, [&](auto tag) {
       constexpr DType D = decltype(tag)::value;
       const ConfusionScores<D> sample{
-          static_cast<const typename FloatCodec<D>::Storage*>(preds.data), input_of(target),
+          static_cast<const typename Codec<D>::Storage*>(preds.data), input_of(target),
           num_classes};
       launch_count("confusion_matrix", sample, n, confusion, cells, invalid, device,
                    to_cuda(stream));
@@ -377,9 +370,9 @@ int metric_topk_correct(std::int64_t* counts, std::int64_t num_classes, DeviceTe
     const std::int64_t n = target.numel;
     if (n == 0) return;
     DeviceGuard guard(target.device);
-    visit_floating("topk_correct", preds.dtype, [&](auto tag) {
+    visit_floating(preds.dtype, [&](auto tag) {
       constexpr DType D = decltype(tag)::value;
-      const TopkCorrect<D> sample{static_cast<const typename FloatCodec<D>::Storage*>(preds.data),
+      const TopkCorrect<D> sample{static_cast<const typename Codec<D>::Storage*>(preds.data),
                                   input_of(target), num_classes, k};
       launch_count("topk_correct", sample, n, counts, 2, invalid, target.device, to_cuda(stream));
     });
