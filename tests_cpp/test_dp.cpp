@@ -472,6 +472,9 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
     for (auto& g : grads) g.fill(rng, -1, 1);
     statuses.push_back(status_of([&] { sync.mark_ready(3, grads[0].view()); }));
     statuses.push_back(status_of([&] { sync.mark_ready(0, grads[1].view()); }));
+    TensorView square = grads[0].view();
+    square.shape = {2, 2};
+    statuses.push_back(status_of([&] { sync.mark_ready(0, square); }));
     sync.mark_ready(1, grads[1].view());
     statuses.push_back(status_of([&] { sync.mark_ready(1, grads[1].view()); }));
     statuses.push_back(status_of([&] { sync.wait(); }));
@@ -497,6 +500,8 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
       "GradientSynchronizer::mark_ready: gradient index 3 is outside [0, 3)",
       "GradientSynchronizer::mark_ready: gradient 0 is float32 with 5 elements on cpu but was "
       "planned as float32 with 4 elements on cpu",
+      "GradientSynchronizer::mark_ready: grad has shape (2, 2) but gradient 0 was planned with "
+      "shape (4,)",
       "GradientSynchronizer::mark_ready: gradient 1 was already marked ready in this step; call "
       "wait() before marking it again",
       "GradientSynchronizer::wait: gradients 0, 2 were not marked ready in this step; mark every "
@@ -671,8 +676,9 @@ TEST_CASE("C ABI: gradient bucket arguments are checked", "[dp][cabi][errors]") 
       "CONCORD_COMPRESS_FP16",
       "ready_order[0] is -1, a negative index",
       "grads is NULL but num_grads is 1",
-      "grad_sync_mark_ready: grad has shape [3, 2] but gradient 0 was planned with shape [2, 3]",
-      "grad_sync_mark_ready: gradient index 1 is outside [0, 1)",
+      "GradientSynchronizer::mark_ready: grad has shape (3, 2) but gradient 0 was planned with "
+      "shape (2, 3)",
+      "GradientSynchronizer::mark_ready: gradient index 1 is outside [0, 1)",
       "GradientSynchronizer::wait: gradient 0 was not marked ready in this step; mark every "
       "gradient before wait()",
   };

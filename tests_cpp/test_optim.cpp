@@ -250,6 +250,9 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
   gv[1] = short_grad.view();
   CHECK(contains(adamw({}).message, "grads[1] is float32 with 5 elements"));
   gv = views_of(grads);
+  mv[1].shape = {2, 3};
+  CHECK(adamw({}).message == "adamw_step: exp_avg[1] has shape (2, 3) but params[1] has shape (6,)");
+  mv = views_of(m);
   mv.pop_back();
   CHECK(adamw({}).message == "adamw_step: 2 params but 1 exp_avg");
   mv = views_of(m);
@@ -450,7 +453,7 @@ TEST_CASE("C ABI: optimizer arguments are checked with specific messages", "[opt
   CHECK(concord_sgd_step(&sgd, 1, nullptr, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "params is NULL but num_tensors is 1");
   CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
-  CHECK(last() == "grads[0] has shape [3, 2] but params[0] has shape [2, 3]");
+  CHECK(last() == "sgd_step: grads[0] has shape (3, 2) but params[0] has shape (2, 3)");
   g.shape = {2, 3};
   gd = g.dl();
   sgd.momentum = 0.9;

@@ -351,6 +351,9 @@ void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad,
                      dtype_name(grad.dtype), " with ", grad.numel, " elements on ",
                      device_str(grad.device), " but was planned as ", dtype_name(like.dtype),
                      " with ", like.numel, " elements on ", device_str(like.device));
+  if (!(grad.shape == like.shape))
+    invalid_argument("GradientSynchronizer::mark_ready: grad has shape ", grad.shape.str(),
+                     " but gradient ", index, " was planned with shape ", like.shape.str());
   Bucket& bucket = buckets_[slot.bucket];
   if (slot.direct) {
     settle(bucket.direct_work);  // a failed step's all-reduce may still write it

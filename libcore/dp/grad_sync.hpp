@@ -77,8 +77,8 @@ struct GradSyncOptions {
 
 class GradientSynchronizer {
  public:
-  // Plans buckets for gradients like `grads` (dtype, element count, device;
-  // data is not read), filled in `ready_order` (a permutation of the
+  // Plans buckets for gradients like `grads` (dtype, shape, device; data
+  // is not read), filled in `ready_order` (a permutation of the
   // indices; empty = reverse index order, the order backward produces
   // them). Collective over `comm`: every rank must plan the same buckets,
   // which is checked. `comm` must outlive the synchronizer. Gradients on
@@ -109,12 +109,12 @@ class GradientSynchronizer {
   bool bucket_done(std::size_t bucket) const;
   const Device& device() const noexcept { return device_; }
 
-  // Packs `grad` (like gradient `index`: dtype, element count, device) into
+  // Packs `grad` (like gradient `index`: dtype, shape, device) into
   // its bucket, scaled by 1/world size for a floating mean (an integer mean
   // is the all-reduce's own, truncating) and compressed if asked;
   // a full bucket starts its all-reduce. `grad` must stay valid until
-  // wait(), which writes the result into it. A gradient on another device
-  // than the planned ones: InvalidArgument, before anything is written.
+  // wait(), which writes the result into it. A gradient unlike the planned
+  // one (device, dtype, shape): InvalidArgument, before anything is written.
   // `stream` (CUDA gradients only; nullptr = the legacy default stream):
   // the pack and a launched all-reduce are ordered after its work.
   void mark_ready(std::size_t index, const TensorView& grad, plugin::Stream stream = nullptr);

@@ -56,7 +56,7 @@ struct NamedList {
 };
 
 // lists[0] holds the parameters. Every list has one tensor per parameter,
-// of its dtype, element count and device, and every parameter is on the
+// of its dtype, shape and device, and every parameter is on the
 // device of the first. No two share memory: all but the gradients are
 // written, and the loops read each element once.
 void check_tensors(const char* op, std::initializer_list<NamedList> lists) {
@@ -82,6 +82,9 @@ void check_tensors(const char* op, std::initializer_list<NamedList> lists) {
                          t.numel, " elements on ", device_str(t.device), " but ", params.name,
                          "[", i, "] is ", dtype_name(p.dtype), " with ", p.numel,
                          " elements on ", device_str(p.device));
+      if (!(t.shape == p.shape))
+        invalid_argument(op, ": ", list.name, "[", i, "] has shape ", t.shape.str(), " but ",
+                         params.name, "[", i, "] has shape ", p.shape.str());
     }
     for (auto a = lists.begin(); a != lists.end(); ++a)
       for (auto b = std::next(a); b != lists.end(); ++b)
