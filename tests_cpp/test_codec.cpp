@@ -279,7 +279,8 @@ TEST_CASE("visit_floating reaches the floating dtypes and rejects the others", "
 
 TEST_CASE("for_each_dtype visits a set in order", "[dispatch]") {
   std::vector<DType> seen;
-  concord::for_each_dtype(FloatingDTypes{}, [&](auto tag) { seen.push_back(decltype(tag)::value); });
+  concord::for_each_dtype(FloatingDTypes{},
+                          [&](auto tag) { seen.push_back(decltype(tag)::value); });
   CHECK(seen == std::vector<DType>{DType::kFloat16, DType::kBFloat16, DType::kFloat32,
                                    DType::kFloat64});
 }

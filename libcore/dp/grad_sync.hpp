@@ -68,11 +68,13 @@ enum class Compression { kNone, kBFloat16, kFloat16 };
 // them in place rather than packing them again.
 inline constexpr std::size_t kDirectBytes = kMultiPackBelowBytes;
 
+// No defaults here: those belong to the public signatures (Python, and the
+// C ABI's CONCORD_GRAD_SYNC_OPTIONS_INIT); every caller passes every field.
 struct GradSyncOptions {
-  double bucket_cap_mb = 25.0;   // capacity of every bucket after the first
-  double first_bucket_mb = 1.0;  // small, so the first all-reduce starts early
-  ReduceOp op = ReduceOp::kMean;  // kMean or kSum
-  Compression compress = Compression::kNone;  // float32 gradients only
+  double bucket_cap_mb;    // capacity of every bucket after the first
+  double first_bucket_mb;  // of the first (small, so the first all-reduce starts early)
+  ReduceOp op;             // kMean or kSum
+  Compression compress;    // float32 gradients only
 };
 
 class GradientSynchronizer {
