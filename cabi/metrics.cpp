@@ -66,21 +66,21 @@ concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTens
 concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
                                                const DLTensor* target, double threshold) {
   CONCORD_API_BEGIN
-  run(MetricKernel::kBinaryConfusion, confusion, {preds, target}, {.threshold = threshold});
+  run(MetricKernel::kBinaryConfusion, confusion, {preds, target}, {threshold, 0});
   CONCORD_API_END
 }
 
 concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
                                                 const DLTensor* target, double threshold) {
   CONCORD_API_BEGIN
-  run(MetricKernel::kMultilabelCounts, counts, {preds, target}, {.threshold = threshold});
+  run(MetricKernel::kMultilabelCounts, counts, {preds, target}, {threshold, 0});
   CONCORD_API_END
 }
 
 concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
                                            const DLTensor* target, int64_t k) {
   CONCORD_API_BEGIN
-  run(MetricKernel::kTopkCorrect, counts, {preds, target}, {.k = k});
+  run(MetricKernel::kTopkCorrect, counts, {preds, target}, {0.0, k});
   CONCORD_API_END
 }
 

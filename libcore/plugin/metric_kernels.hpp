@@ -71,6 +71,10 @@ constexpr const char* metric_kernel_name(MetricKernel kernel) {
   return nullptr;
 }
 
+static_assert(metric_kernel_name(static_cast<MetricKernel>(kNumMetricKernels - 1)) != nullptr &&
+                  metric_kernel_name(static_cast<MetricKernel>(kNumMetricKernels)) == nullptr,
+              "kNumMetricKernels counts the named kernels");
+
 inline constexpr int kMaxMetricInputs = 2;
 
 // One update: the state and inputs, with the dtypes and shapes the kernel
