@@ -476,6 +476,8 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
     TensorView square = grads[0].view();
     square.shape = {2, 2};
     statuses.push_back(status_of([&] { sync.mark_ready(0, square); }));
+    HostTensor doubles(DType::kFloat64, {4});
+    statuses.push_back(status_of([&] { sync.mark_ready(0, doubles.view()); }));
     sync.mark_ready(1, grads[1].view());
     statuses.push_back(status_of([&] { sync.mark_ready(1, grads[1].view()); }));
     statuses.push_back(status_of([&] { sync.wait(); }));
@@ -499,10 +501,11 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
       "GradientSynchronizer: gradient 1 is on cuda:0 but gradient 0 is on cpu; all gradients of "
       "a synchronizer must be on one device (the CPU or one CUDA device)",
       "GradientSynchronizer::mark_ready: gradient index 3 is outside [0, 3)",
-      "GradientSynchronizer::mark_ready: gradient 0 is float32 with 5 elements on cpu but was "
-      "planned as float32 with 4 elements on cpu",
+      "GradientSynchronizer::mark_ready: grad has shape (5,) but gradient 0 was planned with "
+      "shape (4,)",
       "GradientSynchronizer::mark_ready: grad has shape (2, 2) but gradient 0 was planned with "
       "shape (4,)",
+      "GradientSynchronizer::mark_ready: gradient 0 is float64 but was planned as float32",
       "GradientSynchronizer::mark_ready: gradient 1 was already marked ready in this step; call "
       "wait() before marking it again",
       "GradientSynchronizer::wait: gradients 0, 2 were not marked ready in this step; mark every "

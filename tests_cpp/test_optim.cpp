@@ -251,7 +251,8 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
                      "float32 with 6 elements on cpu");
   HostTensor short_grad(DType::kFloat32, {5});
   gv[1] = short_grad.view();
-  CHECK(contains(adamw(kAdamW).message, "grads[1] is float32 with 5 elements"));
+  CHECK(adamw(kAdamW).message ==
+        "adamw_step: grads[1] has shape (5,) but params[1] has shape (6,)");
   gv = views_of(grads);
   mv[1].shape = {2, 3};
   CHECK(adamw(kAdamW).message ==
