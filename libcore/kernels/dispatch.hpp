@@ -9,7 +9,6 @@
 
 #include "base/dtype.hpp"
 #include "base/format.hpp"
-#include "base/host_device.hpp"
 
 // Visitors are always inlined, on the host too: a visit inside a cloned CPU
 // executor (kernels/cpu/clones.hpp) must leave the loops it reaches inside
