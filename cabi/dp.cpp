@@ -2,11 +2,8 @@
 // multi-tensor helpers of gradient clipping. Every argument is checked
 // before any tensor is read or written. Kernel calls on CUDA tensors are
 // enqueued on the calling thread's stream (concord_set_stream).
-#include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <span>
-#include <string>
 #include <vector>
 
 #include "abi_support.hpp"
@@ -20,14 +17,12 @@
 // uniquely, so the contract (concord.h) is that the comm handle outlives
 // this one.
 struct concord_grad_sync {
-  std::vector<std::vector<std::int64_t>> shapes;  // planned shape of every gradient
   std::unique_ptr<concord::dp::GradientSynchronizer> sync;
 };
 
 namespace {
 
 using concord::TensorView;
-using concord::concat;
 using concord::invalid_argument;
 using concord::cabi::current_stream;
 using concord::cabi::enum_value;
@@ -45,29 +40,6 @@ const Options& require_options(const Options* options, const char* type, const c
     invalid_argument("options->struct_size is ", options->struct_size, "; set it to sizeof(", type,
                      ") = ", sizeof(Options));
   return *options;
-}
-
-std::vector<std::int64_t> shape_of(const DLTensor& t) {
-  return {t.shape, t.shape + t.ndim};
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (std::size_t d = 0; d < shape.size(); ++d) text += (d ? ", " : "") + std::to_string(shape[d]);
-  return text + "]";
-}
-
-bool same_shape(const DLTensor& t, const std::int64_t* shape, std::size_t ndim) {
-  return static_cast<std::size_t>(t.ndim) == ndim && std::equal(t.shape, t.shape + t.ndim, shape);
-}
-
-// Call after views(), which rejects NULL tensors and missing shapes.
-void check_same_shapes(const DLTensor* const* a, const char* a_name, const DLTensor* const* b,
-                       const char* b_name, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    if (!same_shape(*a[i], b[i]->shape, static_cast<std::size_t>(b[i]->ndim)))
-      invalid_argument(a_name, "[", i, "] has shape ", shape_text(shape_of(*a[i])), " but ",
-                       b_name, "[", i, "] has shape ", shape_text(shape_of(*b[i])));
 }
 
 concord::dp::Compression to_compression(int c) {
@@ -115,7 +87,6 @@ concord_status concord_grad_sync_create(concord_comm_t comm, const DLTensor* con
   const concord::dp::GradSyncOptions opts = to_grad_sync_options(options);
   std::vector<TensorView> templates = views(grads, num_grads, "grads", "num_grads");
   auto handle = std::make_unique<concord_grad_sync>();
-  for (std::size_t i = 0; i < num_grads; ++i) handle->shapes.push_back(shape_of(*grads[i]));
   handle->sync = std::make_unique<concord::dp::GradientSynchronizer>(
       communicator, std::move(templates), to_ready_order(ready_order, num_grads), opts);
   *out = handle.release();
@@ -141,15 +112,7 @@ concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t ind
                                             DLTensor* grad) {
   CONCORD_API_BEGIN
   auto& s = require(sync, "sync");
-  const TensorView g = view(grad, "grad");
-  if (index >= s.shapes.size())
-    invalid_argument("grad_sync_mark_ready: gradient index ", index, " is outside [0, ",
-                     s.shapes.size(), ")");
-  if (!same_shape(*grad, s.shapes[index].data(), s.shapes[index].size()))
-    invalid_argument("grad_sync_mark_ready: grad has shape ", shape_text(shape_of(*grad)),
-                     " but gradient ", index, " was planned with shape ",
-                     shape_text(s.shapes[index]));
-  s.sync->mark_ready(index, g, current_stream());
+  s.sync->mark_ready(index, view(grad, "grad"), current_stream());
   CONCORD_API_END
 }
 
@@ -175,14 +138,12 @@ concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_t
       require_options(options, "concord_sgd_options", "CONCORD_SGD_OPTIONS_INIT");
   const std::vector<TensorView> p = views(params, num_tensors, "params");
   const std::vector<TensorView> g = views(grads, num_tensors, "grads");
-  check_same_shapes(grads, "grads", params, "params", num_tensors);
   std::vector<TensorView> buffers;
   if (o.momentum != 0.0) {
     if (momentum_buffers == nullptr && num_tensors != 0)
       invalid_argument("momentum_buffers is NULL but momentum is ", o.momentum,
                        "; pass one buffer per parameter (NULL only when momentum == 0)");
     buffers = views(momentum_buffers, num_tensors, "momentum_buffers");
-    check_same_shapes(momentum_buffers, "momentum_buffers", params, "params", num_tensors);
   }
   concord::kernels::sgd_step({o.lr, o.momentum, o.weight_decay, o.nesterov != 0, o.step}, p, g,
                              buffers, current_stream());
@@ -199,9 +160,6 @@ concord_status concord_adamw_step(const concord_adamw_options* options, size_t n
   const std::vector<TensorView> g = views(grads, num_tensors, "grads");
   const std::vector<TensorView> m = views(exp_avg, num_tensors, "exp_avg");
   const std::vector<TensorView> v = views(exp_avg_sq, num_tensors, "exp_avg_sq");
-  check_same_shapes(grads, "grads", params, "params", num_tensors);
-  check_same_shapes(exp_avg, "exp_avg", params, "params", num_tensors);
-  check_same_shapes(exp_avg_sq, "exp_avg_sq", params, "params", num_tensors);
   concord::kernels::adamw_step({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step}, p, g, m,
                                v, current_stream());
   CONCORD_API_END

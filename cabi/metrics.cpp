@@ -1,18 +1,38 @@
 // The C ABI of the metric update kernels: turn DLTensors into shaped views
-// and hand them to libcore/metrics, which validates and runs the update
-// (on CUDA tensors, enqueued on the calling thread's stream).
+// named by the kernel's signature and hand them to libcore/metrics, which
+// validates and runs the update (on CUDA tensors, enqueued on the calling
+// thread's stream).
+#include <initializer_list>
+
 #include "abi_support.hpp"
 #include "metrics/updates.hpp"
 
 namespace {
 
-using concord::cabi::current_stream;
 using concord::TensorView;
+using concord::cabi::current_stream;
+using concord::metrics::MetricKernel;
+using concord::metrics::MetricOptions;
 
-// `op` prefixes the role in messages ("confusion_matrix: preds tensor is
-// NULL"), as the kernels' own messages are prefixed.
-TensorView shaped(const DLTensor* tensor, const char* op, const char* role) {
-  return concord::cabi::view(tensor, concord::cabi::RoleName(op, role).c_str());
+// The kernel's name prefixes each role in messages ("confusion_matrix:
+// preds tensor is NULL"), as the kernels' own messages are prefixed. A
+// NULL input past the required ones is left out, with those after it.
+void run(MetricKernel kernel, const DLTensor* state,
+         std::initializer_list<const DLTensor*> inputs, const MetricOptions& options) {
+  const char* op = concord::plugin::metric_kernel_name(kernel);
+  const concord::metrics::KernelSignature s = concord::metrics::signature(kernel);
+  auto shaped = [op](const DLTensor* tensor, const char* role) {
+    return concord::cabi::view(tensor, concord::cabi::RoleName(op, role).c_str());
+  };
+  const TensorView state_view = shaped(state, s.state);
+  TensorView views[concord::plugin::kMaxMetricInputs];
+  std::size_t n = 0;
+  for (const DLTensor* input : inputs) {
+    if (input == nullptr && n >= s.required_inputs) break;
+    views[n] = shaped(input, s.inputs[n]);
+    ++n;
+  }
+  concord::metrics::update(kernel, state_view, {views, n}, options, current_stream());
 }
 
 }  // namespace
@@ -20,80 +40,53 @@ TensorView shaped(const DLTensor* tensor, const char* op, const char* role) {
 concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,
                                            const DLTensor* weights) {
   CONCORD_API_BEGIN
-  constexpr const char* op = "weighted_sum";
-  const TensorView s = shaped(state, op, "state");
-  const TensorView v = shaped(values, op, "values");
-  if (weights == nullptr) {
-    concord::metrics::weighted_sum(s, v, nullptr, current_stream());
-  } else {
-    const TensorView w = shaped(weights, op, "weights");
-    concord::metrics::weighted_sum(s, v, &w, current_stream());
-  }
+  run(MetricKernel::kWeightedSum, state, {values, weights}, {});
   CONCORD_API_END
 }
 
 concord_status concord_metric_max(DLTensor* state, const DLTensor* values) {
   CONCORD_API_BEGIN
-  const TensorView s = shaped(state, "max", "state");
-  concord::metrics::max_value(s, shaped(values, "max", "values"), current_stream());
+  run(MetricKernel::kMax, state, {values}, {});
   CONCORD_API_END
 }
 
 concord_status concord_metric_min(DLTensor* state, const DLTensor* values) {
   CONCORD_API_BEGIN
-  const TensorView s = shaped(state, "min", "state");
-  concord::metrics::min_value(s, shaped(values, "min", "values"), current_stream());
+  run(MetricKernel::kMin, state, {values}, {});
   CONCORD_API_END
 }
 
 concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTensor* preds,
                                                const DLTensor* target) {
   CONCORD_API_BEGIN
-  constexpr const char* op = "confusion_matrix";
-  const TensorView c = shaped(confusion, op, "confusion");
-  const TensorView p = shaped(preds, op, "preds");
-  concord::metrics::confusion_matrix(c, p, shaped(target, op, "target"), current_stream());
+  run(MetricKernel::kConfusionMatrix, confusion, {preds, target}, {});
   CONCORD_API_END
 }
 
 concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
                                                const DLTensor* target, double threshold) {
   CONCORD_API_BEGIN
-  constexpr const char* op = "binary_confusion";
-  const TensorView c = shaped(confusion, op, "confusion");
-  const TensorView p = shaped(preds, op, "preds");
-  concord::metrics::binary_confusion(c, p, shaped(target, op, "target"), threshold,
-                                     current_stream());
+  run(MetricKernel::kBinaryConfusion, confusion, {preds, target}, {threshold, 0});
   CONCORD_API_END
 }
 
 concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
                                                 const DLTensor* target, double threshold) {
   CONCORD_API_BEGIN
-  constexpr const char* op = "multilabel_counts";
-  const TensorView c = shaped(counts, op, "counts");
-  const TensorView p = shaped(preds, op, "preds");
-  concord::metrics::multilabel_counts(c, p, shaped(target, op, "target"), threshold,
-                                      current_stream());
+  run(MetricKernel::kMultilabelCounts, counts, {preds, target}, {threshold, 0});
   CONCORD_API_END
 }
 
 concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
                                            const DLTensor* target, int64_t k) {
   CONCORD_API_BEGIN
-  constexpr const char* op = "topk_correct";
-  const TensorView c = shaped(counts, op, "counts");
-  const TensorView p = shaped(preds, op, "preds");
-  concord::metrics::topk_correct(c, p, shaped(target, op, "target"), k, current_stream());
+  run(MetricKernel::kTopkCorrect, counts, {preds, target}, {0.0, k});
   CONCORD_API_END
 }
 
 concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
                                                const DLTensor* target) {
   CONCORD_API_BEGIN
-  constexpr const char* op = "binary_histogram";
-  const TensorView h = shaped(histogram, op, "histogram");
-  const TensorView s = shaped(scores, op, "scores");
-  concord::metrics::binary_histogram(h, s, shaped(target, op, "target"), current_stream());
+  run(MetricKernel::kBinaryHistogram, histogram, {scores, target}, {});
   CONCORD_API_END
 }

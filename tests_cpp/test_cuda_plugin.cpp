@@ -13,6 +13,7 @@
 #include "comm/communicator.hpp"
 #include "concord/concord.h"
 #include "plugin/cuda_plugin.hpp"
+#include "plugin/metric_kernels.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
 
@@ -118,4 +119,18 @@ TEST_CASE("mixing CPU and CUDA tensors is rejected before any communication", "[
     CHECK(multi.code == StatusCode::kInvalidArgument);
     CHECK(contains(multi.message, "tensor 1 is on cpu:0 but tensor 0 is on cuda:0"));
   });
+}
+
+TEST_CASE("the plugin's one metric entry rejects a kernel it does not know", "[cuda][metrics]") {
+  if (!concord::plugin::built()) {
+    SUCCEED("no CUDA plugin in this build");
+    return;
+  }
+  // Checked before any device is touched, so it runs with or without a GPU.
+  const concord::plugin::KernelsApi& api = concord::plugin::kernels();
+  concord::plugin::MetricArgs args{};
+  const int rc =
+      api.metric_update(static_cast<concord::plugin::MetricKernel>(99), &args, nullptr);
+  CHECK(rc == static_cast<int>(StatusCode::kInvalidArgument));
+  CHECK(std::string(api.last_error()) == "metric_update: unknown metric kernel 99");
 }

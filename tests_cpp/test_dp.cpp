@@ -454,9 +454,9 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
     statuses.push_back(make(caps(1.0, 0.0)));
     statuses.push_back(make(caps(NAN, 25.0)));
     statuses.push_back(make(caps(1.0, 25.0, ReduceOp::kMax)));
-    statuses.push_back(make({}, {0, 1}));
-    statuses.push_back(make({}, {0, 1, 1}));
-    statuses.push_back(make({}, {0, 1, 7}));
+    statuses.push_back(make(caps(1.0, 25.0), {0, 1}));
+    statuses.push_back(make(caps(1.0, 25.0), {0, 1, 1}));
+    statuses.push_back(make(caps(1.0, 25.0), {0, 1, 7}));
 
     std::vector<HostTensor> f64 = make_list(DType::kFloat64, {3});
     statuses.push_back(status_of([&] {
@@ -465,13 +465,19 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
     }));
     std::vector<TensorView> on_gpu = views_of(grads);
     on_gpu[1].device = {DeviceKind::kCUDA, 0};
-    statuses.push_back(status_of([&] { GradientSynchronizer s(comm, on_gpu, {}, {}); }));
+    statuses.push_back(
+        status_of([&] { GradientSynchronizer s(comm, on_gpu, {}, caps(1.0, 25.0)); }));
 
     GradientSynchronizer sync(comm, views_of(grads), {}, caps(kTinyMb, kTinyMb));
     std::mt19937_64 rng(9);
     for (auto& g : grads) g.fill(rng, -1, 1);
     statuses.push_back(status_of([&] { sync.mark_ready(3, grads[0].view()); }));
     statuses.push_back(status_of([&] { sync.mark_ready(0, grads[1].view()); }));
+    TensorView square = grads[0].view();
+    square.shape = {2, 2};
+    statuses.push_back(status_of([&] { sync.mark_ready(0, square); }));
+    HostTensor doubles(DType::kFloat64, {4});
+    statuses.push_back(status_of([&] { sync.mark_ready(0, doubles.view()); }));
     sync.mark_ready(1, grads[1].view());
     statuses.push_back(status_of([&] { sync.mark_ready(1, grads[1].view()); }));
     statuses.push_back(status_of([&] { sync.wait(); }));
@@ -495,8 +501,11 @@ TEST_CASE("GradientSynchronizer rejects bad use with specific errors", "[dp][err
       "GradientSynchronizer: gradient 1 is on cuda:0 but gradient 0 is on cpu; all gradients of "
       "a synchronizer must be on one device (the CPU or one CUDA device)",
       "GradientSynchronizer::mark_ready: gradient index 3 is outside [0, 3)",
-      "GradientSynchronizer::mark_ready: gradient 0 is float32 with 5 elements on cpu but was "
-      "planned as float32 with 4 elements on cpu",
+      "GradientSynchronizer::mark_ready: grad has shape (5,) but gradient 0 was planned with "
+      "shape (4,)",
+      "GradientSynchronizer::mark_ready: grad has shape (2, 2) but gradient 0 was planned with "
+      "shape (4,)",
+      "GradientSynchronizer::mark_ready: gradient 0 is float64 but was planned as float32",
       "GradientSynchronizer::mark_ready: gradient 1 was already marked ready in this step; call "
       "wait() before marking it again",
       "GradientSynchronizer::wait: gradients 0, 2 were not marked ready in this step; mark every "
@@ -517,7 +526,7 @@ TEST_CASE("ranks that plan different buckets get Mismatch, not a hang", "[dp][er
     auto grads = make_list(DType::kFloat32, comm.rank() == 2 ? std::vector<std::int64_t>{4, 5, 6}
                                                              : std::vector<std::int64_t>{4, 5});
     statuses[comm.rank()] =
-        status_of([&] { GradientSynchronizer s(comm, views_of(grads), {}, {}); });
+        status_of([&] { GradientSynchronizer s(comm, views_of(grads), {}, caps(1.0, 25.0)); });
   }, 10.0);
   for (const Status& s : statuses) {
     CHECK(s.code == StatusCode::kMismatch);
@@ -534,7 +543,7 @@ TEST_CASE("a rank that never marks makes wait time out and leaves the gradients"
   const auto start = std::chrono::steady_clock::now();
   spawn_ranks(2, [&](Communicator& comm) {
     auto grads = make_list(DType::kFloat32, {64, 64});
-    GradientSynchronizer sync(comm, views_of(grads), {}, {});
+    GradientSynchronizer sync(comm, views_of(grads), {}, caps(1.0, 25.0));
     if (comm.rank() == 1) return;
     for (std::size_t k = 0; k < 2; ++k) fill_grad(grads[k], 0, 0, k, 1.0);
     const auto before = grads[0].values();
@@ -671,8 +680,9 @@ TEST_CASE("C ABI: gradient bucket arguments are checked", "[dp][cabi][errors]") 
       "CONCORD_COMPRESS_FP16",
       "ready_order[0] is -1, a negative index",
       "grads is NULL but num_grads is 1",
-      "grad_sync_mark_ready: grad has shape [3, 2] but gradient 0 was planned with shape [2, 3]",
-      "grad_sync_mark_ready: gradient index 1 is outside [0, 1)",
+      "GradientSynchronizer::mark_ready: grad has shape (3, 2) but gradient 0 was planned with "
+      "shape (2, 3)",
+      "GradientSynchronizer::mark_ready: gradient index 1 is outside [0, 1)",
       "GradientSynchronizer::wait: gradient 0 was not marked ready in this step; mark every "
       "gradient before wait()",
   };
@@ -712,7 +722,8 @@ TEST_CASE("GradientSynchronizer takes gradients on one device, checked before an
     };
     auto grads = make_list(DType::kFloat32, {4, 5, 6});
     auto expect = [&](std::vector<TensorView> views, const std::string& message) {
-      const Status s = status_of([&] { GradientSynchronizer sync(comm, views, {}, {}); });
+      const Status s =
+          status_of([&] { GradientSynchronizer sync(comm, views, {}, caps(1.0, 25.0)); });
       if (s.code != StatusCode::kInvalidArgument || s.message != message)
         note(concat("got ", static_cast<int>(s.code), " '", s.message, "', want '", message, "'"));
     };
@@ -731,7 +742,8 @@ TEST_CASE("GradientSynchronizer takes gradients on one device, checked before an
                   "device)");
     // Arguments are checked before whether CUDA can be used.
     const Status order = status_of([&] {
-      GradientSynchronizer sync(comm, {fake_cuda_view(4), fake_cuda_view(5)}, {0, 0}, {});
+      GradientSynchronizer sync(comm, {fake_cuda_view(4), fake_cuda_view(5)}, {0, 0},
+                                caps(1.0, 25.0));
     });
     if (order.code != StatusCode::kInvalidArgument ||
         order.message != "GradientSynchronizer: ready_order holds 0 twice")
@@ -828,7 +840,7 @@ TEST_CASE("GradientSynchronizer on CUDA gradients without a GPU is unavailable b
     // pairs up with its peer as usual.
     auto grads = make_list(DType::kFloat32, {3, 7});
     for (std::size_t k = 0; k < grads.size(); ++k) fill_grad(grads[k], comm.rank(), 1, k, 1.0);
-    GradientSynchronizer sync(comm, views_of(grads), {}, {});
+    GradientSynchronizer sync(comm, views_of(grads), {}, caps(1.0, 25.0));
     sync.mark_ready(1, grads[1].view());
     sync.mark_ready(0, grads[0].view());
     sync.wait();

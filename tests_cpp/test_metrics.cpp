@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -272,6 +273,48 @@ std::vector<std::int64_t> ref_histogram(std::int64_t bins, const std::vector<dou
   return h;
 }
 
+// ---- the kernels, through the generic front -----------------------------------
+
+using metrics::MetricKernel;
+
+void update(MetricKernel kernel, const TensorView& state, std::initializer_list<TensorView> inputs,
+            const metrics::MetricOptions& options = {}) {
+  metrics::update(kernel, state, {inputs.begin(), inputs.size()}, options);
+}
+
+void weighted_sum(const TensorView& state, const TensorView& values, const TensorView* weights) {
+  if (weights != nullptr)
+    update(MetricKernel::kWeightedSum, state, {values, *weights});
+  else
+    update(MetricKernel::kWeightedSum, state, {values});
+}
+void max_value(const TensorView& state, const TensorView& values) {
+  update(MetricKernel::kMax, state, {values});
+}
+void min_value(const TensorView& state, const TensorView& values) {
+  update(MetricKernel::kMin, state, {values});
+}
+void confusion_matrix(const TensorView& confusion, const TensorView& preds,
+                      const TensorView& target) {
+  update(MetricKernel::kConfusionMatrix, confusion, {preds, target});
+}
+void binary_confusion(const TensorView& confusion, const TensorView& preds,
+                      const TensorView& target, double threshold) {
+  update(MetricKernel::kBinaryConfusion, confusion, {preds, target}, {threshold, 0});
+}
+void multilabel_counts(const TensorView& counts, const TensorView& preds,
+                       const TensorView& target, double threshold) {
+  update(MetricKernel::kMultilabelCounts, counts, {preds, target}, {threshold, 0});
+}
+void topk_correct(const TensorView& counts, const TensorView& preds, const TensorView& target,
+                  std::int64_t k) {
+  update(MetricKernel::kTopkCorrect, counts, {preds, target}, {0.0, k});
+}
+void binary_histogram(const TensorView& histogram, const TensorView& scores,
+                      const TensorView& target) {
+  update(MetricKernel::kBinaryHistogram, histogram, {scores, target});
+}
+
 // ---- error checks ----------------------------------------------------------------
 
 template <class Fn>
@@ -370,7 +413,7 @@ TEST_CASE("confusion_matrix counts integer label predictions", "[metrics]") {
           Array preds = make(pred_type, {n}, p), target = make(target_type, {n}, t);
           const auto start = random_counts(rng, C * C);
           Array cm = int64_state({C, C}, start);
-          metrics::confusion_matrix(cm.view(), preds.view(), target.view());
+          confusion_matrix(cm.view(), preds.view(), target.view());
           CHECK(cm.ints() == plus(start, ref_confusion(C, p, false, t)));
         }
 }
@@ -384,7 +427,7 @@ TEST_CASE("confusion_matrix takes bool labels for two classes", "[metrics]") {
   auto expected_t = t;
   expected_t[3] = 1;
   Array cm = zeros_int64({2, 2});
-  metrics::confusion_matrix(cm.view(), preds.view(), target.view());
+  confusion_matrix(cm.view(), preds.view(), target.view());
   CHECK(cm.ints() == ref_confusion(2, p, false, expected_t));
 }
 
@@ -400,7 +443,7 @@ TEST_CASE("confusion_matrix takes the argmax of scores, ties to the first, NaN h
         const auto t = random_ints(rng, n, 0, C - 1);
         Array scores = make(score_type, {n, C}, s), target = make(DType::kInt64, {n}, t);
         Array cm = zeros_int64({C, C});
-        metrics::confusion_matrix(cm.view(), scores.view(), target.view());
+        confusion_matrix(cm.view(), scores.view(), target.view());
         CHECK(cm.ints() == ref_confusion(C, s, true, t));
       }
 }
@@ -415,7 +458,7 @@ TEST_CASE("confusion_matrix argmax over many classes", "[metrics]") {
     const auto t = random_ints(rng, n, 0, C - 1);
     Array scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt32, {n}, t);
     Array cm = zeros_int64({C, C});
-    metrics::confusion_matrix(cm.view(), scores.view(), target.view());
+    confusion_matrix(cm.view(), scores.view(), target.view());
     CHECK(cm.ints() == ref_confusion(C, s, true, t));
   }
 }
@@ -429,10 +472,10 @@ TEST_CASE("confusion_matrix: two updates equal one on the concatenation", "[metr
     Array preds = scores ? make(DType::kBFloat16, {n, C}, p) : make(DType::kUInt8, {n}, p);
     Array target = make(DType::kInt8, {n}, t);
     Array whole = zeros_int64({C, C}), split = zeros_int64({C, C});
-    metrics::confusion_matrix(whole.view(), preds.view(), target.view());
+    confusion_matrix(whole.view(), preds.view(), target.view());
     for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 4099}, {4099, n}}) {
       Array pr = rows(preds, begin, end), tr = rows(target, begin, end);
-      metrics::confusion_matrix(split.view(), pr.view(), tr.view());
+      confusion_matrix(split.view(), pr.view(), tr.view());
     }
     CHECK(split.ints() == whole.ints());
   }
@@ -445,7 +488,7 @@ TEST_CASE("confusion_matrix rejects bad shapes and dtypes with exact messages", 
   Array target5 = make(DType::kInt64, {5}, {0, 1, 2, 3, 4});
   Array target = make(DType::kInt64, {4}, {0, 1, 2, 3});
   auto call = [&](Array& c, Array& p, Array& t) {
-    return [&] { metrics::confusion_matrix(c.view(), p.view(), t.view()); };
+    return [&] { confusion_matrix(c.view(), p.view(), t.view()); };
   };
   require_invalid_untouched(cm, call(cm, preds, target5),
                             "confusion_matrix: target has shape (5,), expected (4,) to match "
@@ -494,14 +537,14 @@ TEST_CASE("confusion_matrix rejects out-of-range labels and leaves the state unt
   Array cm = int64_state({C, C}, start);
   Array preds = make(DType::kInt32, {n}, p), target = make(DType::kInt32, {n}, t);
   require_invalid_untouched(
-      cm, [&] { metrics::confusion_matrix(cm.view(), preds.view(), target.view()); },
+      cm, [&] { confusion_matrix(cm.view(), preds.view(), target.view()); },
       "confusion_matrix: target holds 7 at index 77777, outside [0, 5)");
 
   t[77777] = 0;
   p[5000] = -1;
   Array bad_preds = make(DType::kInt8, {n}, p), good_target = make(DType::kInt64, {n}, t);
   require_invalid_untouched(
-      cm, [&] { metrics::confusion_matrix(cm.view(), bad_preds.view(), good_target.view()); },
+      cm, [&] { confusion_matrix(cm.view(), bad_preds.view(), good_target.view()); },
       "confusion_matrix: preds holds -1 at index 5000, outside [0, 5)");
 
   // A bad target under scores: the argmax path rolls back as well.
@@ -509,7 +552,7 @@ TEST_CASE("confusion_matrix rejects out-of-range labels and leaves the state unt
   t[n - 1] = 255;
   Array scores = make(DType::kFloat16, {n, C}, s), target_u8 = make(DType::kUInt8, {n}, t);
   require_invalid_untouched(
-      cm, [&] { metrics::confusion_matrix(cm.view(), scores.view(), target_u8.view()); },
+      cm, [&] { confusion_matrix(cm.view(), scores.view(), target_u8.view()); },
       "confusion_matrix: target holds 255 at index 100002, outside [0, 5)");
   CHECK(cm.ints() == start);
 }
@@ -522,7 +565,7 @@ TEST_CASE("metric updates on CUDA tensors: one device, and the CUDA plugin", "[m
     // Host memory posing as CUDA tensors must never reach a GPU; without a
     // usable plugin the update is unavailable, after validation passed.
     try {
-      metrics::confusion_matrix(cm.view(), preds.view(), target.view());
+      confusion_matrix(cm.view(), preds.view(), target.view());
       FAIL("expected an error");
     } catch (const concord::Error& e) {
       CHECK(e.code() == StatusCode::kUnavailable);
@@ -532,19 +575,19 @@ TEST_CASE("metric updates on CUDA tensors: one device, and the CUDA plugin", "[m
   // Validation runs for CUDA tensors as for CPU ones.
   Array scores = make(DType::kFloat32, {2, 3}, {0, 1, 2, 3, 4, 5});
   scores.device = cm.device;
-  require_error([&] { metrics::confusion_matrix(cm.view(), scores.view(), target.view()); },
+  require_error([&] { confusion_matrix(cm.view(), scores.view(), target.view()); },
                 StatusCode::kInvalidArgument,
                 "confusion_matrix: preds has shape (2, 3) but the confusion matrix is 2 x 2: "
                 "expected (N, 2) scores or (N,) labels");
   target.device = {kDLCPU, 0};
-  require_error([&] { metrics::confusion_matrix(cm.view(), preds.view(), target.view()); },
+  require_error([&] { confusion_matrix(cm.view(), preds.view(), target.view()); },
                 StatusCode::kInvalidArgument,
                 "confusion_matrix: target is on cpu but confusion is on cuda:0; pass tensors on "
                 "one device");
   Array state = float64_state({0, 0});
   Array values = make(DType::kFloat32, {1}, {1});
   values.device = {kDLCUDA, 1};
-  require_error([&] { metrics::weighted_sum(state.view(), values.view(), nullptr); },
+  require_error([&] { weighted_sum(state.view(), values.view(), nullptr); },
                 StatusCode::kInvalidArgument,
                 "weighted_sum: values is on cuda:1 but state is on cpu; pass tensors on one "
                 "device");
@@ -565,7 +608,7 @@ TEST_CASE("binary_confusion thresholds probabilities with >=", "[metrics]") {
           Array preds = make(pred_type, {n}, p), target = make(target_type, {n}, t);
           const auto start = random_counts(rng, 4);
           Array cm = int64_state({2, 2}, start);
-          metrics::binary_confusion(cm.view(), preds.view(), target.view(), threshold);
+          binary_confusion(cm.view(), preds.view(), target.view(), threshold);
           CHECK(cm.ints() == plus(start, ref_binary(p, true, t, threshold)));
         }
 }
@@ -579,7 +622,7 @@ TEST_CASE("binary_confusion counts 0/1 label predictions", "[metrics]") {
       const auto p = random_ints(rng, n, 0, 1), t = random_ints(rng, n, 0, 1);
       Array preds = make(pred_type, {n}, p), target = make(DType::kInt32, {n}, t);
       Array cm = zeros_int64({2, 2});
-      metrics::binary_confusion(cm.view(), preds.view(), target.view(), 0.5);
+      binary_confusion(cm.view(), preds.view(), target.view(), 0.5);
       CHECK(cm.ints() == ref_binary(p, false, t, 0.5));
     }
 }
@@ -591,15 +634,15 @@ TEST_CASE("binary_confusion: incremental updates and errors", "[metrics]") {
   auto t = random_ints(rng, n, 0, 1);
   Array preds = make(DType::kFloat32, {n}, p), target = make(DType::kInt8, {n}, t);
   Array whole = zeros_int64({2, 2}), split = zeros_int64({2, 2});
-  metrics::binary_confusion(whole.view(), preds.view(), target.view(), 0.25);
+  binary_confusion(whole.view(), preds.view(), target.view(), 0.25);
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 1}, {1, n}}) {
     Array pr = rows(preds, begin, end), tr = rows(target, begin, end);
-    metrics::binary_confusion(split.view(), pr.view(), tr.view(), 0.25);
+    binary_confusion(split.view(), pr.view(), tr.view(), 0.25);
   }
   CHECK(split.ints() == whole.ints());
 
   auto call = [&](Array& c, Array& pr, Array& tr, double threshold) {
-    return [&, threshold] { metrics::binary_confusion(c.view(), pr.view(), tr.view(), threshold); };
+    return [&, threshold] { binary_confusion(c.view(), pr.view(), tr.view(), threshold); };
   };
   t[90000] = 2;
   Array bad_target = make(DType::kInt64, {n}, t);
@@ -642,7 +685,7 @@ TEST_CASE("multilabel_counts counts tp, fp, fn, tn per label", "[metrics]") {
         Array preds = make(pred_type, {n, labels}, p), target = make(DType::kUInt8, {n, labels}, t);
         const auto start = random_counts(rng, labels * 4);
         Array counts = int64_state({labels, 4}, start);
-        metrics::multilabel_counts(counts.view(), preds.view(), target.view(), 0.375);
+        multilabel_counts(counts.view(), preds.view(), target.view(), 0.375);
         CHECK(counts.ints() == plus(start, ref_multilabel(labels, p, probabilities, t, 0.375)));
       }
 }
@@ -654,15 +697,15 @@ TEST_CASE("multilabel_counts: incremental updates and errors", "[metrics]") {
   auto t = random_ints(rng, n * labels, 0, 1);
   Array preds = make(DType::kFloat64, {n, labels}, p), target = make(DType::kInt64, {n, labels}, t);
   Array whole = zeros_int64({labels, 4}), split = zeros_int64({labels, 4});
-  metrics::multilabel_counts(whole.view(), preds.view(), target.view(), 0.5);
+  multilabel_counts(whole.view(), preds.view(), target.view(), 0.5);
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 50000}, {50000, n}}) {
     Array pr = rows(preds, begin, end), tr = rows(target, begin, end);
-    metrics::multilabel_counts(split.view(), pr.view(), tr.view(), 0.5);
+    multilabel_counts(split.view(), pr.view(), tr.view(), 0.5);
   }
   CHECK(split.ints() == whole.ints());
 
   auto call = [&](Array& c, Array& pr, Array& tr) {
-    return [&] { metrics::multilabel_counts(c.view(), pr.view(), tr.view(), 0.5); };
+    return [&] { multilabel_counts(c.view(), pr.view(), tr.view(), 0.5); };
   };
   t[3 * 60000 + 2] = 5;
   Array bad_target = make(DType::kInt64, {n, labels}, t);
@@ -704,7 +747,7 @@ TEST_CASE("topk_correct counts targets among the top k, ties in the target's fav
           const auto t = random_ints(rng, n, 0, C - 1);
           Array scores = make(score_type, {n, C}, s), target = make(DType::kInt32, {n}, t);
           Array counts = int64_state({2}, {5, 9});
-          metrics::topk_correct(counts.view(), scores.view(), target.view(), k);
+          topk_correct(counts.view(), scores.view(), target.view(), k);
           CHECK(counts.ints() == plus({5, 9}, ref_topk(C, s, t, k)));
         }
 }
@@ -716,15 +759,15 @@ TEST_CASE("topk_correct: incremental updates and errors", "[metrics]") {
   auto t = random_ints(rng, n, 0, C - 1);
   Array scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt64, {n}, t);
   Array whole = zeros_int64({2}), split = zeros_int64({2});
-  metrics::topk_correct(whole.view(), scores.view(), target.view(), 3);
+  topk_correct(whole.view(), scores.view(), target.view(), 3);
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 1024}, {1024, n}}) {
     Array sr = rows(scores, begin, end), tr = rows(target, begin, end);
-    metrics::topk_correct(split.view(), sr.view(), tr.view(), 3);
+    topk_correct(split.view(), sr.view(), tr.view(), 3);
   }
   CHECK(split.ints() == whole.ints());
 
   auto call = [&](Array& c, Array& sc, Array& tr, std::int64_t k) {
-    return [&, k] { metrics::topk_correct(c.view(), sc.view(), tr.view(), k); };
+    return [&, k] { topk_correct(c.view(), sc.view(), tr.view(), k); };
   };
   t[99999] = -2;
   Array bad_target = make(DType::kInt64, {n}, t);
@@ -758,7 +801,7 @@ TEST_CASE("binary_histogram bins scores by class", "[metrics]") {
         Array scores = make(score_type, {n}, s), target = make(DType::kBool, {n}, t);
         const auto start = random_counts(rng, 2 * bins);
         Array h = int64_state({2, bins}, start);
-        metrics::binary_histogram(h.view(), scores.view(), target.view());
+        binary_histogram(h.view(), scores.view(), target.view());
         CHECK(h.ints() == plus(start, ref_histogram(bins, s, t)));
       }
 }
@@ -770,15 +813,15 @@ TEST_CASE("binary_histogram: incremental updates and errors", "[metrics]") {
   auto t = random_ints(rng, n, 0, 1);
   Array scores = make(DType::kFloat32, {n}, s), target = make(DType::kInt32, {n}, t);
   Array whole = zeros_int64({2, bins}), split = zeros_int64({2, bins});
-  metrics::binary_histogram(whole.view(), scores.view(), target.view());
+  binary_histogram(whole.view(), scores.view(), target.view());
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 0}, {0, 7}, {7, n}}) {
     Array sr = rows(scores, begin, end), tr = rows(target, begin, end);
-    metrics::binary_histogram(split.view(), sr.view(), tr.view());
+    binary_histogram(split.view(), sr.view(), tr.view());
   }
   CHECK(split.ints() == whole.ints());
 
   auto call = [&](Array& h, Array& sc, Array& tr) {
-    return [&] { metrics::binary_histogram(h.view(), sc.view(), tr.view()); };
+    return [&] { binary_histogram(h.view(), sc.view(), tr.view()); };
   };
   s[88888] = 1.5;
   Array high = make(DType::kFloat32, {n}, s);
@@ -835,7 +878,7 @@ TEST_CASE("weighted_sum accumulates sum(values * weights) and sum(weights)", "[m
         Array values = make(value_type, {n}, v), weights = make(weight_type, {n}, w);
         Array state = float64_state({1.5, 2.0});
         const TensorView weight_view = weights.view();
-        metrics::weighted_sum(state.view(), values.view(), weighted ? &weight_view : nullptr);
+        weighted_sum(state.view(), values.view(), weighted ? &weight_view : nullptr);
         double sum = 1.5, total = 2.0;
         for (std::int64_t i = 0; i < n; ++i) {
           sum += v[i] * w[i];
@@ -850,37 +893,37 @@ TEST_CASE("weighted_sum: shape errors, NaN, bool bytes, 0-d values, accumulation
   Array matrix = make(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
   Array weights = make(DType::kFloat32, {2, 3}, {1, 1, 1, 0, 0, 2});
   const TensorView weight_view = weights.view();
-  metrics::weighted_sum(state.view(), matrix.view(), &weight_view);
+  weighted_sum(state.view(), matrix.view(), &weight_view);
   CHECK(state.doubles() == std::vector<double>{18, 5});
 
   Array flat = make(DType::kFloat32, {6}, {1, 1, 1, 1, 1, 1});
   const TensorView flat_view = flat.view();
   require_invalid_untouched(
-      state, [&] { metrics::weighted_sum(state.view(), matrix.view(), &flat_view); },
+      state, [&] { weighted_sum(state.view(), matrix.view(), &flat_view); },
       "weighted_sum: weights has shape (6,), expected (2, 3) to match values");
   Array three = float64_state({0, 0, 0});
   require_invalid_untouched(
-      three, [&] { metrics::weighted_sum(three.view(), flat.view(), nullptr); },
+      three, [&] { weighted_sum(three.view(), flat.view(), nullptr); },
       "weighted_sum: state has shape (3,), expected (2,)");
   Array f32_state = make(DType::kFloat32, {2}, {0, 0});
   require_invalid_untouched(
-      f32_state, [&] { metrics::weighted_sum(f32_state.view(), flat.view(), nullptr); },
+      f32_state, [&] { weighted_sum(f32_state.view(), flat.view(), nullptr); },
       "weighted_sum: state has dtype float32, expected float64");
 
   Array with_nan = make(DType::kBFloat16, {3}, {1, kNaN, 2});
   Array fresh = float64_state({0, 0});
-  metrics::weighted_sum(fresh.view(), with_nan.view(), nullptr);
+  weighted_sum(fresh.view(), with_nan.view(), nullptr);
   CHECK(std::isnan(fresh.doubles()[0]));  // NaN propagates, as in a sum
   CHECK(fresh.doubles()[1] == 3);
 
   Array bools = make(DType::kBool, {3}, {1, 0, 1});
   bools.bytes[2] = 9;  // any nonzero byte is true
   Array counted = float64_state({0, 0});
-  metrics::weighted_sum(counted.view(), bools.view(), nullptr);
+  weighted_sum(counted.view(), bools.view(), nullptr);
   CHECK(counted.doubles() == std::vector<double>{2, 3});
 
   Array scalar = make(DType::kInt64, {}, {7});
-  metrics::weighted_sum(counted.view(), scalar.view(), nullptr);
+  weighted_sum(counted.view(), scalar.view(), nullptr);
   CHECK(counted.doubles() == std::vector<double>{9, 4});
 }
 
@@ -898,8 +941,8 @@ TEST_CASE("max and min skip NaN and keep the state on empty input", "[metrics]")
       Array values = make(dtype, {n}, v);
       for (double start : {-kNaN, -1000.0, 0.5, 1000.0}) {
         Array hi = float64_state({start}), lo = float64_state({start});
-        metrics::max_value(hi.view(), values.view());
-        metrics::min_value(lo.view(), values.view());
+        max_value(hi.view(), values.view());
+        min_value(lo.view(), values.view());
         double ref_hi = start, ref_lo = start;
         for (double x : v) {
           if (std::isnan(x)) continue;
@@ -918,18 +961,65 @@ TEST_CASE("max and min skip NaN and keep the state on empty input", "[metrics]")
 
   Array all_nan = make(DType::kFloat32, {3}, {kNaN, kNaN, kNaN});
   Array state = float64_state({4.0});
-  metrics::max_value(state.view(), all_nan.view());
+  max_value(state.view(), all_nan.view());
   CHECK(state.doubles()[0] == 4.0);
 
   Array values = make(DType::kFloat32, {1}, {1});
   Array two = float64_state({0, 0});
   require_invalid_untouched(
-      two, [&] { metrics::max_value(two.view(), values.view()); },
+      two, [&] { max_value(two.view(), values.view()); },
       "max: state has shape (2,), expected (1,)");
   Array ints = zeros_int64({1});
   require_invalid_untouched(
-      ints, [&] { metrics::min_value(ints.view(), values.view()); },
+      ints, [&] { min_value(ints.view(), values.view()); },
       "min: state has dtype int64, expected float64");
+}
+
+// ---- the generic front ----------------------------------------------------------------
+
+TEST_CASE("metric kernels are found by name and take their inputs in signature order",
+          "[metrics]") {
+  std::vector<std::string> names;
+  for (int k = 0; k < concord::plugin::kNumMetricKernels; ++k) {
+    const auto kernel = static_cast<MetricKernel>(k);
+    const std::string name = concord::plugin::metric_kernel_name(kernel);
+    CAPTURE(name);
+    CHECK(metrics::kernel_from_name(name) == kernel);
+    const metrics::KernelSignature s = metrics::signature(kernel);
+    CHECK(s.required_inputs >= 1);
+    CHECK(s.required_inputs <= s.max_inputs);
+    CHECK(s.max_inputs <= concord::plugin::kMaxMetricInputs);
+    names.push_back(name);
+  }
+  CHECK(names == std::vector<std::string>{"weighted_sum", "max", "min", "confusion_matrix",
+                                          "binary_confusion", "multilabel_counts",
+                                          "topk_correct", "binary_histogram"});
+  require_error([] { metrics::kernel_from_name("histogram"); }, StatusCode::kInvalidArgument,
+                "unknown metric kernel 'histogram'; valid: weighted_sum, max, min, "
+                "confusion_matrix, binary_confusion, multilabel_counts, topk_correct, "
+                "binary_histogram");
+  const metrics::KernelSignature h = metrics::signature(MetricKernel::kBinaryHistogram);
+  CHECK(std::string(h.state) == "histogram");
+  CHECK(std::string(h.inputs[0]) == "scores");
+  CHECK(std::string(h.inputs[1]) == "target");
+
+  Array cm = zeros_int64({2, 2});
+  Array preds = make(DType::kInt64, {2}, {0, 1}), target = make(DType::kInt64, {2}, {1, 1});
+  require_invalid_untouched(
+      cm, [&] { update(MetricKernel::kConfusionMatrix, cm.view(), {preds.view()}); },
+      "confusion_matrix: got 1 input; it takes preds, target");
+  Array state = float64_state({0, 0});
+  Array values = make(DType::kFloat32, {2}, {1, 2});
+  require_invalid_untouched(
+      state,
+      [&] {
+        update(MetricKernel::kWeightedSum, state.view(),
+               {values.view(), values.view(), values.view()});
+      },
+      "weighted_sum: got 3 inputs; it takes values, weights (optional)");
+  require_invalid_untouched(
+      state, [&] { update(static_cast<MetricKernel>(42), state.view(), {values.view()}); },
+      "unknown metric kernel 42");
 }
 
 // ---- the C ABI ------------------------------------------------------------------------

@@ -220,6 +220,9 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
   const auto before = params[0].values();
   auto pv = views_of(params), gv = views_of(grads), mv = views_of(m), vv = views_of(v);
 
+  // Valid options, for the cases about tensors.
+  const AdamWOptions kAdamW{1e-3, 0.9, 0.999, 1e-8, 0.01, 1};
+  const SgdOptions kSgd{0.01, 0.0, 0.0, false, 1};
   auto adamw = [&](AdamWOptions o) {
     return status_of([&] { kernels::adamw_step(o, pv, gv, mv, vv); });
   };
@@ -243,25 +246,30 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
   // A bad tensor late in the list: nothing before it was written either.
   HostTensor wrong(DType::kFloat64, {6});
   gv[1] = wrong.view();
-  Status s = adamw({});
+  Status s = adamw(kAdamW);
   CHECK(s.message == "adamw_step: grads[1] is float64 with 6 elements on cpu but params[1] is "
                      "float32 with 6 elements on cpu");
   HostTensor short_grad(DType::kFloat32, {5});
   gv[1] = short_grad.view();
-  CHECK(contains(adamw({}).message, "grads[1] is float32 with 5 elements"));
+  CHECK(adamw(kAdamW).message ==
+        "adamw_step: grads[1] has shape (5,) but params[1] has shape (6,)");
   gv = views_of(grads);
+  mv[1].shape = {2, 3};
+  CHECK(adamw(kAdamW).message ==
+        "adamw_step: exp_avg[1] has shape (2, 3) but params[1] has shape (6,)");
+  mv = views_of(m);
   mv.pop_back();
-  CHECK(adamw({}).message == "adamw_step: 2 params but 1 exp_avg");
+  CHECK(adamw(kAdamW).message == "adamw_step: 2 params but 1 exp_avg");
   mv = views_of(m);
   mv[1] = vv[1];
-  CHECK(adamw({}).message ==
+  CHECK(adamw(kAdamW).message ==
         "adamw_step: exp_avg[1] and exp_avg_sq[1] share memory; every state needs its own buffer");
   mv = views_of(m);
   CHECK(params[0].values() == before);
 
   auto half_params = make_list(DType::kBFloat16, {4, 6});
   auto hv = views_of(half_params);
-  s = status_of([&] { kernels::sgd_step({}, hv, hv, {}); });
+  s = status_of([&] { kernels::sgd_step(kSgd, hv, hv, {}); });
   CHECK(s.message == "sgd_step: params[0] is bfloat16; the optimizers update float32 or float64 "
                      "parameters");
   s = status_of([&] { kernels::sgd_step({0.1, 0.0, 0.0, true, 1}, pv, gv, {}); });
@@ -273,12 +281,12 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
   TensorView on_gpu = pv[1];
   on_gpu.device = {DeviceKind::kCUDA, 0};
   std::vector<TensorView> mixed = {pv[0], on_gpu};
-  s = status_of([&] { kernels::sgd_step({}, mixed, gv, {}); });
+  s = status_of([&] { kernels::sgd_step(kSgd, mixed, gv, {}); });
   CHECK(s.code == StatusCode::kInvalidArgument);
   CHECK(s.message ==
         "sgd_step: params[1] is on cuda:0 but params[0] is on cpu; pass tensors on one device");
   std::vector<TensorView> gpu_grads = {gv[0], on_gpu};
-  s = status_of([&] { kernels::sgd_step({}, pv, gpu_grads, {}); });
+  s = status_of([&] { kernels::sgd_step(kSgd, pv, gpu_grads, {}); });
   CHECK(s.message == "sgd_step: grads[1] is float32 with 6 elements on cuda:0 but params[1] is "
                      "float32 with 6 elements on cpu");
   CHECK(params[0].values() == before);
@@ -287,7 +295,7 @@ TEST_CASE("optimizers validate options and tensors before writing", "[optim][err
     TensorView grad_on_gpu = gv[1];
     grad_on_gpu.device = on_gpu.device;
     std::vector<TensorView> gpu_params = {on_gpu}, gpu_grads_only = {grad_on_gpu};
-    s = status_of([&] { kernels::sgd_step({}, gpu_params, gpu_grads_only, {}); });
+    s = status_of([&] { kernels::sgd_step(kSgd, gpu_params, gpu_grads_only, {}); });
     CHECK(s.code == StatusCode::kUnavailable);
     CHECK(s.message.rfind("sgd_step: ", 0) == 0);
   }
@@ -450,7 +458,7 @@ TEST_CASE("C ABI: optimizer arguments are checked with specific messages", "[opt
   CHECK(concord_sgd_step(&sgd, 1, nullptr, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "params is NULL but num_tensors is 1");
   CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
-  CHECK(last() == "grads[0] has shape [3, 2] but params[0] has shape [2, 3]");
+  CHECK(last() == "sgd_step: grads[0] has shape (3, 2) but params[0] has shape (2, 3)");
   g.shape = {2, 3};
   gd = g.dl();
   sgd.momentum = 0.9;

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "base/format.hpp"
-#include "kernels/dispatch.hpp"
+#include "kernels/front.hpp"
 #include "kernels/multi_tensor.hpp"
 #include "plugin/cuda_plugin.hpp"
 
@@ -346,11 +346,12 @@ void GradientSynchronizer::mark_ready(std::size_t index, const TensorView& grad,
                      device_str(grad.device), " but the synchronizer's gradients are on ",
                      device_str(like.device), "; all gradients of a synchronizer must be on "
                      "one device");
-  if (grad.dtype != like.dtype || grad.numel != like.numel)
+  if (grad.dtype != like.dtype)
     invalid_argument("GradientSynchronizer::mark_ready: gradient ", index, " is ",
-                     dtype_name(grad.dtype), " with ", grad.numel, " elements on ",
-                     device_str(grad.device), " but was planned as ", dtype_name(like.dtype),
-                     " with ", like.numel, " elements on ", device_str(like.device));
+                     dtype_name(grad.dtype), " but was planned as ", dtype_name(like.dtype));
+  if (!(grad.shape == like.shape))
+    invalid_argument("GradientSynchronizer::mark_ready: grad has shape ", grad.shape.str(),
+                     " but gradient ", index, " was planned with shape ", like.shape.str());
   Bucket& bucket = buckets_[slot.bucket];
   if (slot.direct) {
     settle(bucket.direct_work);  // a failed step's all-reduce may still write it

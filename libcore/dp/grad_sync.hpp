@@ -68,17 +68,19 @@ enum class Compression { kNone, kBFloat16, kFloat16 };
 // them in place rather than packing them again.
 inline constexpr std::size_t kDirectBytes = kMultiPackBelowBytes;
 
+// No defaults here: those belong to the public signatures (Python, and the
+// C ABI's CONCORD_GRAD_SYNC_OPTIONS_INIT); every caller passes every field.
 struct GradSyncOptions {
-  double bucket_cap_mb = 25.0;   // capacity of every bucket after the first
-  double first_bucket_mb = 1.0;  // small, so the first all-reduce starts early
-  ReduceOp op = ReduceOp::kMean;  // kMean or kSum
-  Compression compress = Compression::kNone;  // float32 gradients only
+  double bucket_cap_mb;    // capacity of every bucket after the first
+  double first_bucket_mb;  // of the first (small, so the first all-reduce starts early)
+  ReduceOp op;             // kMean or kSum
+  Compression compress;    // float32 gradients only
 };
 
 class GradientSynchronizer {
  public:
-  // Plans buckets for gradients like `grads` (dtype, element count, device;
-  // data is not read), filled in `ready_order` (a permutation of the
+  // Plans buckets for gradients like `grads` (dtype, shape, device; data
+  // is not read), filled in `ready_order` (a permutation of the
   // indices; empty = reverse index order, the order backward produces
   // them). Collective over `comm`: every rank must plan the same buckets,
   // which is checked. `comm` must outlive the synchronizer. Gradients on
@@ -109,12 +111,12 @@ class GradientSynchronizer {
   bool bucket_done(std::size_t bucket) const;
   const Device& device() const noexcept { return device_; }
 
-  // Packs `grad` (like gradient `index`: dtype, element count, device) into
+  // Packs `grad` (like gradient `index`: dtype, shape, device) into
   // its bucket, scaled by 1/world size for a floating mean (an integer mean
   // is the all-reduce's own, truncating) and compressed if asked;
   // a full bucket starts its all-reduce. `grad` must stay valid until
-  // wait(), which writes the result into it. A gradient on another device
-  // than the planned ones: InvalidArgument, before anything is written.
+  // wait(), which writes the result into it. A gradient unlike the planned
+  // one (device, dtype, shape): InvalidArgument, before anything is written.
   // `stream` (CUDA gradients only; nullptr = the legacy default stream):
   // the pack and a launched all-reduce are ordered after its work.
   void mark_ready(std::size_t index, const TensorView& grad, plugin::Stream stream = nullptr);

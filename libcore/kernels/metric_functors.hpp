@@ -1,5 +1,5 @@
 // Per-sample arithmetic of the metric update kernels, as host/device
-// functions: the CPU executors (metrics/updates.cpp) and the CUDA executors
+// functions: the CPU executor (kernels/cpu/metrics.cpp) and the CUDA executor
 // call the same code, so CPU tests check the arithmetic the GPU runs.
 // Inputs arrive already decoded (float16/bfloat16 widened to float); the
 // executors own loading, validation and where the counts go.

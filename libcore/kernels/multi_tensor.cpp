@@ -6,7 +6,7 @@
 #include "kernels/clip.hpp"
 #include "kernels/cpu/multi_tensor.hpp"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/dispatch.hpp"
+#include "kernels/front.hpp"
 #include "kernels/pack.hpp"
 
 namespace concord::kernels {

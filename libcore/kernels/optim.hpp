@@ -6,7 +6,17 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/dtype.hpp"
 #include "base/host_device.hpp"
+#include "kernels/dispatch.hpp"
+
+namespace concord {
+
+// The dtypes of parameters (and their gradients and states) the optimizers
+// update; each runs in its own precision.
+using OptimizerDTypes = DTypeSet<DType::kFloat32, DType::kFloat64>;
+
+}  // namespace concord
 
 namespace concord::functors {
 

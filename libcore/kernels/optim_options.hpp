@@ -1,6 +1,8 @@
 // Options of the fused optimizer steps (torch.optim semantics), shared by the
 // device-neutral front (kernels/optim_step), the CPU executors
-// (kernels/cpu/optim) and the CUDA dispatch (kernels/cuda/launch).
+// (kernels/cpu/optim) and the CUDA dispatch (kernels/cuda/launch). They
+// have no defaults here: those belong to the public signatures (Python, and
+// the C ABI's _INIT macros), and every caller passes every field.
 #pragma once
 
 #include <cstdint>
@@ -8,20 +10,20 @@
 namespace concord {
 
 struct SgdOptions {
-  double lr = 0.01;
-  double momentum = 0.0;
-  double weight_decay = 0.0;
-  bool nesterov = false;
-  std::int64_t step = 1;  // 1 on the first step: momentum buffers start as the gradient
+  double lr;
+  double momentum;
+  double weight_decay;
+  bool nesterov;
+  std::int64_t step;  // 1 on the first step: momentum buffers start as the gradient
 };
 
 struct AdamWOptions {
-  double lr = 0.001;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-  std::int64_t step = 1;  // 1-based, including this step, for the bias corrections
+  double lr;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;
+  std::int64_t step;  // 1-based, including this step, for the bias corrections
 };
 
 }  // namespace concord

@@ -8,7 +8,8 @@
 #include "base/format.hpp"
 #include "kernels/cpu/optim.hpp"
 #include "kernels/cuda/launch.hpp"
-#include "kernels/dispatch.hpp"
+#include "kernels/front.hpp"
+#include "kernels/optim.hpp"
 
 namespace concord::kernels {
 namespace {
@@ -55,7 +56,7 @@ struct NamedList {
 };
 
 // lists[0] holds the parameters. Every list has one tensor per parameter,
-// of its dtype, element count and device, and every parameter is on the
+// of its dtype, shape and device, and every parameter is on the
 // device of the first. No two share memory: all but the gradients are
 // written, and the loops read each element once.
 void check_tensors(const char* op, std::initializer_list<NamedList> lists) {
@@ -71,16 +72,19 @@ void check_tensors(const char* op, std::initializer_list<NamedList> lists) {
       invalid_argument(op, ": ", params.name, "[", i, "] is on ", device_str(p.device), " but ",
                        params.name, "[0] is on ", device_str(first),
                        "; pass tensors on one device");
-    if (p.dtype != DType::kFloat32 && p.dtype != DType::kFloat64)
+    if (!OptimizerDTypes::contains(p.dtype))
       invalid_argument(op, ": ", params.name, "[", i, "] is ", dtype_name(p.dtype),
                        "; the optimizers update float32 or float64 parameters");
     for (const NamedList& list : lists) {
       const TensorView& t = list.tensors[i];
-      if (!(t.device == p.device) || t.dtype != p.dtype || t.numel != p.numel)
+      if (!(t.device == p.device) || t.dtype != p.dtype)
         invalid_argument(op, ": ", list.name, "[", i, "] is ", dtype_name(t.dtype), " with ",
                          t.numel, " elements on ", device_str(t.device), " but ", params.name,
                          "[", i, "] is ", dtype_name(p.dtype), " with ", p.numel,
                          " elements on ", device_str(p.device));
+      if (!(t.shape == p.shape))
+        invalid_argument(op, ": ", list.name, "[", i, "] has shape ", t.shape.str(), " but ",
+                         params.name, "[", i, "] has shape ", p.shape.str());
     }
     for (auto a = lists.begin(); a != lists.end(); ++a)
       for (auto b = std::next(a); b != lists.end(); ++b)

@@ -1,8 +1,8 @@
 // Fused optimizer steps on CPU or CUDA tensors: one call updates every
 // parameter, with torch.optim semantics. Parameters, gradients and states
 // match pairwise in dtype (float32 or float64; it may differ between
-// parameters) and element count, share no memory, and all sit on one
-// device. Options and tensors are validated before any tensor is written;
+// parameters) and shape, share no memory, and all sit on one device.
+// Options and tensors are validated before any tensor is written;
 // then the CPU executor (kernels/cpu/optim) runs, or, for CUDA tensors, the
 // CUDA plugin's, enqueued on `stream` (nullptr: the legacy default stream)
 // without waiting for it.

@@ -8,47 +8,10 @@
 #include <type_traits>
 
 #include "base/dtype.hpp"
-#include "kernels/half.hpp"
 #include "base/host_device.hpp"
+#include "kernels/codec.hpp"
 
 namespace concord {
-
-// How a floating dtype's storage maps to the type its arithmetic runs in;
-// float16 and bfloat16 compute in float32, as the reductions do.
-template <DType D>
-struct FloatCodec;
-
-template <>
-struct FloatCodec<DType::kFloat32> {
-  using Storage = float;
-  using Compute = float;
-  static CONCORD_HD float load(float v) { return v; }
-  static CONCORD_HD float store(float v) { return v; }
-};
-
-template <>
-struct FloatCodec<DType::kFloat64> {
-  using Storage = double;
-  using Compute = double;
-  static CONCORD_HD double load(double v) { return v; }
-  static CONCORD_HD double store(double v) { return v; }
-};
-
-template <>
-struct FloatCodec<DType::kBFloat16> {
-  using Storage = std::uint16_t;
-  using Compute = float;
-  static CONCORD_HD float load(std::uint16_t v) { return bf16_to_float(v); }
-  static CONCORD_HD std::uint16_t store(float v) { return float_to_bf16(v); }
-};
-
-template <>
-struct FloatCodec<DType::kFloat16> {
-  using Storage = std::uint16_t;
-  using Compute = float;
-  static CONCORD_HD float load(std::uint16_t v) { return fp16_to_float(v); }
-  static CONCORD_HD std::uint16_t store(float v) { return float_to_fp16(v); }
-};
 
 // A conversion that is a copy of the bytes: the same dtype, unscaled. The
 // only conversion non-floating dtypes support.
@@ -64,18 +27,18 @@ namespace functors {
 // below the 16-bit type's own resolution for all but exact ties).
 template <DType From, DType To>
 struct ScaledCast {
-  using In = typename FloatCodec<From>::Storage;
-  using Out = typename FloatCodec<To>::Storage;
-  using Compute = std::conditional_t<(sizeof(typename FloatCodec<From>::Compute) >
-                                      sizeof(typename FloatCodec<To>::Compute)),
-                                     typename FloatCodec<From>::Compute,
-                                     typename FloatCodec<To>::Compute>;
+  using In = typename Codec<From>::Storage;
+  using Out = typename Codec<To>::Storage;
+  using Compute = std::conditional_t<(sizeof(typename Codec<From>::Compute) >
+                                      sizeof(typename Codec<To>::Compute)),
+                                     typename Codec<From>::Compute,
+                                     typename Codec<To>::Compute>;
 
   Compute scale;
 
   CONCORD_HD Out operator()(In x) const {
-    const Compute scaled = static_cast<Compute>(FloatCodec<From>::load(x)) * scale;
-    return FloatCodec<To>::store(static_cast<typename FloatCodec<To>::Compute>(scaled));
+    const Compute scaled = static_cast<Compute>(Codec<From>::load(x)) * scale;
+    return Codec<To>::store(static_cast<typename Codec<To>::Compute>(scaled));
   }
 };
 
@@ -90,8 +53,8 @@ using UnpackElement = ScaledCast<Wire, Dst>;
 // summed in float32 lose digits over millions of elements.
 template <DType D>
 struct SquareF64 {
-  CONCORD_HD double operator()(typename FloatCodec<D>::Storage x) const {
-    const double v = static_cast<double>(FloatCodec<D>::load(x));
+  CONCORD_HD double operator()(typename Codec<D>::Storage x) const {
+    const double v = static_cast<double>(Codec<D>::load(x));
     return v * v;
   }
 };

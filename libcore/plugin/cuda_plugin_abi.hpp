@@ -21,7 +21,7 @@
 namespace concord::plugin {
 
 // Bumped when a table below changes; libconcord refuses a plugin of another.
-inline constexpr std::uint32_t kAbiVersion = 1;
+inline constexpr std::uint32_t kAbiVersion = 2;
 
 // A CUDA stream (cudaStream_t) as the caller gave it: nullptr is the legacy
 // default stream, as are the special handles 1 (cudaStreamLegacy) and 2
@@ -49,6 +49,10 @@ struct AdamWParams {
   double lr, beta1, beta2, eps, weight_decay;
   std::int64_t step;
 };
+
+// The metric kernels and their arguments (plugin/metric_kernels.hpp).
+enum class MetricKernel : std::int32_t;
+struct MetricArgs;
 
 // Every multi-tensor entry point makes one launch (or a fixed few) for all
 // its tensors, which are on one device; n may be 0. Arguments are validated
@@ -92,34 +96,13 @@ struct KernelsApi {
                     const DeviceTensor* grads, const DeviceTensor* exp_avg,
                     const DeviceTensor* exp_avg_sq, std::size_t n, Stream stream);
 
-  // Metric updates (metrics/updates.hpp semantics; the state is device
-  // memory of the right dtype and shape, validated by the caller). Values
-  // the CPU would reject (labels out of range, scores outside [0, 1] for
-  // the histogram) cannot raise without a host sync: those samples are
-  // skipped and counted in *invalid (an int64 in device memory, or null).
-  int (*metric_weighted_sum)(double* state, DeviceTensor values, const DeviceTensor* weights,
-                             Stream stream);
-  int (*metric_max)(double* state, DeviceTensor values, Stream stream);
-  int (*metric_min)(double* state, DeviceTensor values, Stream stream);
-  // preds: (N,) labels, or (N, num_classes) scores when floating.
-  int (*metric_confusion_matrix)(std::int64_t* confusion, std::int64_t num_classes,
-                                 DeviceTensor preds, DeviceTensor target, std::int64_t* invalid,
-                                 Stream stream);
-  // preds (N,) probabilities (floating) or 0/1 labels; confusion [2, 2].
-  int (*metric_binary_confusion)(std::int64_t* confusion, DeviceTensor preds, DeviceTensor target,
-                                 double threshold, std::int64_t* invalid, Stream stream);
-  // preds, target (N, num_labels); counts [num_labels, 4] = tp, fp, fn, tn.
-  int (*metric_multilabel_counts)(std::int64_t* counts, std::int64_t num_labels,
-                                  DeviceTensor preds, DeviceTensor target, double threshold,
-                                  std::int64_t* invalid, Stream stream);
-  // preds (N, num_classes) scores; counts [2] += [hits, N].
-  int (*metric_topk_correct)(std::int64_t* counts, std::int64_t num_classes, DeviceTensor preds,
-                             DeviceTensor target, std::int64_t k, std::int64_t* invalid,
-                             Stream stream);
-  // histogram [2, num_bins]; scores (N,) in [0, 1], target (N,) 0/1.
-  int (*metric_binary_histogram)(std::int64_t* histogram, std::int64_t num_bins,
-                                 DeviceTensor scores, DeviceTensor target, std::int64_t* invalid,
-                                 Stream stream);
+  // A metric update (plugin/metric_kernels.hpp), validated by the caller:
+  // the state and inputs are device memory of the dtypes and shapes the
+  // kernel needs. Values the CPU would reject (labels out of range, scores
+  // outside [0, 1] for the histogram) cannot raise without a host sync:
+  // those samples are skipped and counted in *args->invalid (when not null).
+  // A kernel this plugin does not know fails with InvalidArgument.
+  int (*metric_update)(MetricKernel kernel, const MetricArgs* args, Stream stream);
 };
 
 // ---- NCCL backend (comm/nccl) -----------------------------------------------

@@ -2,7 +2,8 @@
 // AVX2, and let the loader pick one for the CPU at hand. Worth it where the
 // per-element work is compute bound (float16 / bfloat16 conversions) and
 // cheap elsewhere. Every kernel the executor calls must be inlined into it,
-// so each clone holds a full set.
+// so each clone holds a full set: the dtype visitors (kernels/dispatch.hpp)
+// are, and a lambda the executor hands them is marked CONCORD_CLONED_BODY.
 #pragma once
 
 #if defined(__x86_64__) && defined(__ELF__) && defined(__GLIBC__) && defined(__has_attribute)
@@ -13,3 +14,5 @@
 #ifndef CONCORD_CPU_CLONES
 #define CONCORD_CPU_CLONES
 #endif
+
+#define CONCORD_CLONED_BODY __attribute__((always_inline))

@@ -3,12 +3,13 @@
 #include <cstddef>
 #include <cstring>
 
+#include "kernels/codec.hpp"
 #include "kernels/cpu/clones.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/pack.hpp"
 
 namespace concord::cpu {
 namespace {
-
 
 // ---- kernels: plain loops over the shared functors ---------------------------
 
@@ -24,27 +25,13 @@ template <DType From, DType To>
   for (std::size_t i = 0; i < n; ++i) dst[i] = cast(src[i]);
 }
 
-template <DType From>
-[[gnu::always_inline]] inline void cast_from(DType to, const void* in, void* out, std::size_t n,
-                                             double factor) {
-  switch (to) {
-    case DType::kFloat16: return cast_run<From, DType::kFloat16>(in, out, n, factor);
-    case DType::kBFloat16: return cast_run<From, DType::kBFloat16>(in, out, n, factor);
-    case DType::kFloat32: return cast_run<From, DType::kFloat32>(in, out, n, factor);
-    case DType::kFloat64: return cast_run<From, DType::kFloat64>(in, out, n, factor);
-    default: return;  // rejected by kernels::pack / unpack
-  }
-}
-
 CONCORD_CPU_CLONES void cast_floating(DType from, DType to, const void* in, void* out,
                                       std::size_t n, double factor) {
-  switch (from) {
-    case DType::kFloat16: return cast_from<DType::kFloat16>(to, in, out, n, factor);
-    case DType::kBFloat16: return cast_from<DType::kBFloat16>(to, in, out, n, factor);
-    case DType::kFloat32: return cast_from<DType::kFloat32>(to, in, out, n, factor);
-    case DType::kFloat64: return cast_from<DType::kFloat64>(to, in, out, n, factor);
-    default: return;  // rejected by kernels::pack / unpack
-  }
+  visit_floating(from, [&](auto f) CONCORD_CLONED_BODY {
+    visit_floating(to, [&](auto t) CONCORD_CLONED_BODY {
+      cast_run<decltype(f)::value, decltype(t)::value>(in, out, n, factor);
+    });
+  });
 }
 
 void convert(DType from, DType to, const void* in, void* out, std::size_t n, double factor) {
@@ -64,13 +51,9 @@ template <DType D>
 }
 
 CONCORD_CPU_CLONES void scale_floating(DType dtype, void* data, std::size_t n, double factor) {
-  switch (dtype) {
-    case DType::kFloat16: return scale_run<DType::kFloat16>(data, n, factor);
-    case DType::kBFloat16: return scale_run<DType::kBFloat16>(data, n, factor);
-    case DType::kFloat32: return scale_run<DType::kFloat32>(data, n, factor);
-    case DType::kFloat64: return scale_run<DType::kFloat64>(data, n, factor);
-    default: return;  // rejected by kernels::scale
-  }
+  visit_floating(dtype, [&](auto d) CONCORD_CLONED_BODY {
+    scale_run<decltype(d)::value>(data, n, factor);
+  });
 }
 
 // A float64 sum does not reassociate without -ffast-math, so one running
@@ -80,7 +63,7 @@ template <DType D>
 [[gnu::always_inline]] inline double squares_run(const void* data, std::size_t n) {
   constexpr std::size_t kLanes = 16;
   const functors::SquareF64<D> square;
-  const auto* x = static_cast<const typename FloatCodec<D>::Storage*>(data);
+  const auto* x = static_cast<const typename Codec<D>::Storage*>(data);
   double partial[kLanes] = {};
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -92,13 +75,9 @@ template <DType D>
 }
 
 CONCORD_CPU_CLONES double squares_floating(DType dtype, const void* data, std::size_t n) {
-  switch (dtype) {
-    case DType::kFloat16: return squares_run<DType::kFloat16>(data, n);
-    case DType::kBFloat16: return squares_run<DType::kBFloat16>(data, n);
-    case DType::kFloat32: return squares_run<DType::kFloat32>(data, n);
-    case DType::kFloat64: return squares_run<DType::kFloat64>(data, n);
-    default: return 0.0;  // rejected by kernels::sum_of_squares
-  }
+  return visit_floating(dtype, [&](auto d) CONCORD_CLONED_BODY {
+    return squares_run<decltype(d)::value>(data, n);
+  });
 }
 
 std::size_t count(const TensorView& t) { return static_cast<std::size_t>(t.numel); }

@@ -3,8 +3,10 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels/codec.hpp"
 #include "kernels/cpu/clones.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/optim.hpp"
 
 namespace concord::cpu {
@@ -46,10 +48,9 @@ template <typename T>
 
 CONCORD_CPU_CLONES void sgd_tensor(const SgdOptions& o, DType dtype, void* p, const void* g,
                                    void* b, std::size_t n) {
-  if (dtype == DType::kFloat32)
-    sgd_typed<float>(o, p, g, b, n);
-  else
-    sgd_typed<double>(o, p, g, b, n);
+  visit(OptimizerDTypes{}, dtype, [&](auto tag) CONCORD_CLONED_BODY {
+    sgd_typed<typename Codec<decltype(tag)::value>::Compute>(o, p, g, b, n);
+  });
 }
 
 // ---- AdamW --------------------------------------------------------------------------
@@ -70,10 +71,9 @@ template <typename T>
 
 CONCORD_CPU_CLONES void adamw_tensor(const AdamWOptions& o, DType dtype, void* p, const void* g,
                                      void* m, void* v, std::size_t n) {
-  if (dtype == DType::kFloat32)
-    adamw_typed<float>(o, p, g, m, v, n);
-  else
-    adamw_typed<double>(o, p, g, m, v, n);
+  visit(OptimizerDTypes{}, dtype, [&](auto tag) CONCORD_CLONED_BODY {
+    adamw_typed<typename Codec<decltype(tag)::value>::Compute>(o, p, g, m, v, n);
+  });
 }
 
 std::vector<std::size_t> sizes_of(std::span<const TensorView> tensors) {

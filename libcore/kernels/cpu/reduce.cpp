@@ -6,8 +6,9 @@
 #include <type_traits>
 
 #include "base/format.hpp"
+#include "kernels/codec.hpp"
 #include "kernels/cpu/clones.hpp"
-#include "kernels/half.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/reduce_functors.hpp"
 
 namespace concord::cpu {
@@ -19,45 +20,39 @@ namespace {
 // read, which makes it safe for dst to be one of the sources.
 constexpr std::size_t kBlock = 2048;
 
-// Codecs: how a dtype's storage maps to the type the reduction runs in.
-// kFuseFirstPair: whether reduce_block may combine the first two sources in
-// one pass, which saves a pass over the block accumulator.
-template <typename S, typename A>
-struct Cast {
-  using Storage = S;
-  using Acc = A;
-  static constexpr bool kFuseFirstPair = true;
-  static A load(S v) { return static_cast<A>(v); }
-  static S store(A v) { return static_cast<S>(v); }
+// The reduction's view of a dtype is its codec (kernels/codec.hpp), or one
+// of the adapters below: a type with Storage, Compute, load() and store().
+
+// Integer sum and prod wrap: they run in the unsigned type of the same
+// width, where overflow is defined.
+template <DType D>
+struct Wrapping {
+  using Storage = typename Codec<D>::Storage;
+  using Compute = std::make_unsigned_t<Storage>;
+  static Compute load(Storage v) { return static_cast<Compute>(Codec<D>::load(v)); }
+  static Storage store(Compute v) {
+    return Codec<D>::store(static_cast<typename Codec<D>::Compute>(v));
+  }
 };
 
-struct Fp16 {
-  using Storage = std::uint16_t;
-  using Acc = float;
-  // A fused pass would decode srcs[0] as Max/Min's second operand, which
-  // does not vectorise (see reduce_block).
-  static constexpr bool kFuseFirstPair = false;
-  static float load(std::uint16_t v) { return fp16_to_float(v); }
-  static std::uint16_t store(float v) { return float_to_fp16(v); }
+// Integer means narrower than 64 bits sum in double, which is exact for any
+// realistic number of sources, so the mean itself never overflows.
+template <DType D>
+struct InDouble {
+  using Storage = typename Codec<D>::Storage;
+  using Compute = double;
+  static double load(Storage v) { return static_cast<double>(Codec<D>::load(v)); }
+  static Storage store(double v) {
+    return Codec<D>::store(static_cast<typename Codec<D>::Compute>(v));
+  }
 };
 
-struct Bf16 {
-  using Storage = std::uint16_t;
-  using Acc = float;
-  static constexpr bool kFuseFirstPair = true;
-  static float load(std::uint16_t v) { return bf16_to_float(v); }
-  static std::uint16_t store(float v) { return float_to_bf16(v); }
-};
-
-// Any nonzero byte is true; max/min over bytes keep that meaning and the
-// result is stored as a canonical 0/1.
-struct Bool {
-  using Storage = std::uint8_t;
-  using Acc = std::uint8_t;
-  static constexpr bool kFuseFirstPair = true;
-  static std::uint8_t load(std::uint8_t v) { return v; }
-  static std::uint8_t store(std::uint8_t v) { return v != 0; }
-};
+// Whether reduce_block may combine the first two sources in one pass, which
+// saves a pass over the block accumulator. Not for float16: a fused pass
+// would decode srcs[0] as Max/Min's second operand, which does not
+// vectorise (see reduce_block).
+template <class View>
+inline constexpr bool kFuseFirstPair = !std::is_same_v<View, Codec<DType::kFloat16>>;
 
 // What happens to the accumulator before it is stored.
 struct Keep {
@@ -81,13 +76,13 @@ struct DivideWrappedInt64 {
 };
 
 // One block of at most kBlock elements, `offset` elements into every buffer.
-template <class Codec, class Op, class Finish>
-[[gnu::always_inline]] inline void reduce_block(typename Codec::Storage* dst,
+template <class View, class Op, class Finish>
+[[gnu::always_inline]] inline void reduce_block(typename View::Storage* dst,
                                                 const void* const* srcs, int nsrc,
                                                 std::size_t offset, std::size_t n, Op op,
                                                 Finish finish) {
-  using S = typename Codec::Storage;
-  using A = typename Codec::Acc;
+  using S = typename View::Storage;
+  using A = typename View::Compute;
   auto source = [&](int k) { return static_cast<const S*>(srcs[k]) + offset; };
 
   // The freshly loaded value is always the first operand: Max/Min skip
@@ -96,77 +91,77 @@ template <class Codec, class Op, class Finish>
   A acc[kBlock];
   const S* s0 = source(0);
   int k = 1;
-  if (Codec::kFuseFirstPair && nsrc >= 2) {
+  if (kFuseFirstPair<View> && nsrc >= 2) {
     const S* s1 = source(1);
-    for (std::size_t i = 0; i < n; ++i) acc[i] = op(Codec::load(s1[i]), Codec::load(s0[i]));
+    for (std::size_t i = 0; i < n; ++i) acc[i] = op(View::load(s1[i]), View::load(s0[i]));
     k = 2;
   } else {
-    for (std::size_t i = 0; i < n; ++i) acc[i] = Codec::load(s0[i]);
+    for (std::size_t i = 0; i < n; ++i) acc[i] = View::load(s0[i]);
   }
   for (; k < nsrc; ++k) {
     const S* s = source(k);
-    for (std::size_t i = 0; i < n; ++i) acc[i] = op(Codec::load(s[i]), acc[i]);
+    for (std::size_t i = 0; i < n; ++i) acc[i] = op(View::load(s[i]), acc[i]);
   }
-  for (std::size_t i = 0; i < n; ++i) dst[i] = Codec::store(finish(acc[i]));
+  for (std::size_t i = 0; i < n; ++i) dst[i] = View::store(finish(acc[i]));
 }
 
-template <class Codec, class Op, class Finish = Keep>
+template <class View, class Op, class Finish = Keep>
 [[gnu::always_inline]] inline void reduce_blocks(void* dst, const void* const* srcs, int nsrc,
                                                  std::size_t count, Op op,
                                                  Finish finish = {}) {
-  auto* out = static_cast<typename Codec::Storage*>(dst);
+  auto* out = static_cast<typename View::Storage*>(dst);
   for (std::size_t offset = 0; offset < count; offset += kBlock) {
     std::size_t n = std::min(kBlock, count - offset);
-    reduce_block<Codec>(out + offset, srcs, nsrc, offset, n, op, finish);
+    reduce_block<View>(out + offset, srcs, nsrc, offset, n, op, finish);
   }
 }
 
-// Floating types run every op in their accumulator type.
-template <class Codec>
+// Floating types run every op in their compute type.
+template <DType D>
 [[gnu::always_inline]] inline void reduce_floating(void* dst, const void* const* srcs,
                                                    int nsrc, std::size_t count, ReduceOp op,
                                                    int mean_divisor) {
-  using A = typename Codec::Acc;
+  using C = Codec<D>;
+  using A = typename C::Compute;
   switch (op) {
-    case ReduceOp::kSum: return reduce_blocks<Codec>(dst, srcs, nsrc, count, functors::Sum{});
-    case ReduceOp::kProd: return reduce_blocks<Codec>(dst, srcs, nsrc, count, functors::Prod{});
-    case ReduceOp::kMax: return reduce_blocks<Codec>(dst, srcs, nsrc, count, functors::Max{});
-    case ReduceOp::kMin: return reduce_blocks<Codec>(dst, srcs, nsrc, count, functors::Min{});
+    case ReduceOp::kSum: return reduce_blocks<C>(dst, srcs, nsrc, count, functors::Sum{});
+    case ReduceOp::kProd: return reduce_blocks<C>(dst, srcs, nsrc, count, functors::Prod{});
+    case ReduceOp::kMax: return reduce_blocks<C>(dst, srcs, nsrc, count, functors::Max{});
+    case ReduceOp::kMin: return reduce_blocks<C>(dst, srcs, nsrc, count, functors::Min{});
     case ReduceOp::kMean:
-      return reduce_blocks<Codec>(dst, srcs, nsrc, count, functors::Sum{},
-                                  DivideBy<A>{static_cast<A>(mean_divisor)});
+      return reduce_blocks<C>(dst, srcs, nsrc, count, functors::Sum{},
+                              DivideBy<A>{static_cast<A>(mean_divisor)});
   }
 }
 
-// Integer sum and prod wrap: they run in the unsigned type of the same
-// width, where overflow is defined. Means of types narrower than 64 bits sum
-// in double, which is exact for any realistic number of sources, so the
-// mean itself never overflows.
-template <typename S>
+// Integer sum and prod wrap (Wrapping); an int64 mean divides the wrapped
+// sum, narrower means sum in double (InDouble).
+template <DType D>
 [[gnu::always_inline]] inline void reduce_integer(void* dst, const void* const* srcs, int nsrc,
                                                   std::size_t count, ReduceOp op,
                                                   int mean_divisor) {
-  using Wrapping = Cast<S, std::make_unsigned_t<S>>;
-  using Native = Cast<S, S>;
+  using Native = Codec<D>;
   switch (op) {
-    case ReduceOp::kSum: return reduce_blocks<Wrapping>(dst, srcs, nsrc, count, functors::Sum{});
+    case ReduceOp::kSum:
+      return reduce_blocks<Wrapping<D>>(dst, srcs, nsrc, count, functors::Sum{});
     case ReduceOp::kProd:
-      return reduce_blocks<Wrapping>(dst, srcs, nsrc, count, functors::Prod{});
+      return reduce_blocks<Wrapping<D>>(dst, srcs, nsrc, count, functors::Prod{});
     case ReduceOp::kMax: return reduce_blocks<Native>(dst, srcs, nsrc, count, functors::Max{});
     case ReduceOp::kMin: return reduce_blocks<Native>(dst, srcs, nsrc, count, functors::Min{});
     case ReduceOp::kMean:
-      if constexpr (sizeof(S) < 8) {
-        return reduce_blocks<Cast<S, double>>(dst, srcs, nsrc, count, functors::Sum{},
-                                               DivideBy<double>{double(mean_divisor)});
+      if constexpr (sizeof(typename Native::Storage) < 8) {
+        return reduce_blocks<InDouble<D>>(dst, srcs, nsrc, count, functors::Sum{},
+                                          DivideBy<double>{double(mean_divisor)});
       } else {
-        return reduce_blocks<Wrapping>(dst, srcs, nsrc, count, functors::Sum{},
-                                       DivideWrappedInt64{mean_divisor});
+        return reduce_blocks<Wrapping<D>>(dst, srcs, nsrc, count, functors::Sum{},
+                                          DivideWrappedInt64{mean_divisor});
       }
   }
 }
 
 [[gnu::always_inline]] inline void reduce_bool(void* dst, const void* const* srcs, int nsrc,
                                                std::size_t count, ReduceOp op) {
+  using Bool = Codec<DType::kBool>;
   if (op == ReduceOp::kMax) return reduce_blocks<Bool>(dst, srcs, nsrc, count, functors::Max{});
   reduce_blocks<Bool>(dst, srcs, nsrc, count, functors::Min{});
 }
@@ -175,25 +170,15 @@ template <typename S>
 CONCORD_CPU_CLONES void reduce_dtype(void* dst, const void* const* srcs, int nsrc,
                                      std::size_t count, DType dtype, ReduceOp op,
                                      int mean_divisor) {
-  switch (dtype) {
-    case DType::kFloat16:
-      return reduce_floating<Fp16>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kBFloat16:
-      return reduce_floating<Bf16>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kFloat32:
-      return reduce_floating<Cast<float, float>>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kFloat64:
-      return reduce_floating<Cast<double, double>>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kInt8:
-      return reduce_integer<std::int8_t>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kInt32:
-      return reduce_integer<std::int32_t>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kInt64:
-      return reduce_integer<std::int64_t>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kUInt8:
-      return reduce_integer<std::uint8_t>(dst, srcs, nsrc, count, op, mean_divisor);
-    case DType::kBool: return reduce_bool(dst, srcs, nsrc, count, op);
-  }
+  visit_dtype(dtype, [&](auto tag) CONCORD_CLONED_BODY {
+    constexpr DType D = decltype(tag)::value;
+    if constexpr (FloatingDTypes::contains(D))
+      reduce_floating<D>(dst, srcs, nsrc, count, op, mean_divisor);
+    else if constexpr (D == DType::kBool)
+      reduce_bool(dst, srcs, nsrc, count, op);
+    else
+      reduce_integer<D>(dst, srcs, nsrc, count, op, mean_divisor);
+  });
 }
 
 }  // namespace

@@ -59,14 +59,7 @@ const plugin::KernelsApi kTable = {
     .clip_by_sum_of_squares = &clip_by_sum_of_squares,
     .sgd_step = &sgd_step,
     .adamw_step = &adamw_step,
-    .metric_weighted_sum = &metric_weighted_sum,
-    .metric_max = &metric_max,
-    .metric_min = &metric_min,
-    .metric_confusion_matrix = &metric_confusion_matrix,
-    .metric_binary_confusion = &metric_binary_confusion,
-    .metric_multilabel_counts = &metric_multilabel_counts,
-    .metric_topk_correct = &metric_topk_correct,
-    .metric_binary_histogram = &metric_binary_histogram,
+    .metric_update = &metric_update,
 };
 
 }  // namespace

@@ -18,7 +18,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "base/dtype.hpp"
 #include "base/status.hpp"
@@ -44,22 +43,6 @@ inline cudaStream_t to_cuda(plugin::Stream stream) { return static_cast<cudaStre
 
 [[noreturn]] inline void unsupported_dtype(const char* kernel, DType dtype) {
   invalid_argument(kernel, ": dtype ", dtype_name(dtype), " is not supported here");
-}
-
-// A dtype as a type, for dispatching a runtime dtype to a kernel template.
-template <DType D>
-using DTypeTag = std::integral_constant<DType, D>;
-
-// fn(DTypeTag<dtype>{}) for a floating dtype; raises for any other.
-template <class Fn>
-void visit_floating(const char* kernel, DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat16: return fn(DTypeTag<DType::kFloat16>{});
-    case DType::kBFloat16: return fn(DTypeTag<DType::kBFloat16>{});
-    case DType::kFloat32: return fn(DTypeTag<DType::kFloat32>{});
-    case DType::kFloat64: return fn(DTypeTag<DType::kFloat64>{});
-    default: unsupported_dtype(kernel, dtype);
-  }
 }
 
 // Raises unless every tensor is floating: checked before the first launch,

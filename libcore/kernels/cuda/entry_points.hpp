@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 
 #include "plugin/cuda_plugin_abi.hpp"
 
@@ -13,6 +12,8 @@ namespace concord::cuda_exec {
 
 using plugin::AdamWParams;
 using plugin::DeviceTensor;
+using plugin::MetricArgs;
+using plugin::MetricKernel;
 using plugin::SgdParams;
 using plugin::Stream;
 
@@ -35,21 +36,6 @@ int adamw_step(const AdamWParams* options, const DeviceTensor* params, const Dev
                Stream stream) noexcept;
 
 // metrics.cu
-int metric_weighted_sum(double* state, DeviceTensor values, const DeviceTensor* weights,
-                        Stream stream) noexcept;
-int metric_max(double* state, DeviceTensor values, Stream stream) noexcept;
-int metric_min(double* state, DeviceTensor values, Stream stream) noexcept;
-int metric_confusion_matrix(std::int64_t* confusion, std::int64_t num_classes, DeviceTensor preds,
-                            DeviceTensor target, std::int64_t* invalid, Stream stream) noexcept;
-int metric_binary_confusion(std::int64_t* confusion, DeviceTensor preds, DeviceTensor target,
-                            double threshold, std::int64_t* invalid, Stream stream) noexcept;
-int metric_multilabel_counts(std::int64_t* counts, std::int64_t num_labels, DeviceTensor preds,
-                             DeviceTensor target, double threshold, std::int64_t* invalid,
-                             Stream stream) noexcept;
-int metric_topk_correct(std::int64_t* counts, std::int64_t num_classes, DeviceTensor preds,
-                        DeviceTensor target, std::int64_t k, std::int64_t* invalid,
-                        Stream stream) noexcept;
-int metric_binary_histogram(std::int64_t* histogram, std::int64_t num_bins, DeviceTensor scores,
-                            DeviceTensor target, std::int64_t* invalid, Stream stream) noexcept;
+int metric_update(MetricKernel kernel, const MetricArgs* args, Stream stream) noexcept;
 
 }  // namespace concord::cuda_exec

@@ -5,16 +5,14 @@
 #include <vector>
 
 #include "base/format.hpp"
+#include "kernels/front.hpp"
 #include "plugin/cuda_plugin.hpp"
 
 namespace concord::cuda {
 namespace {
 
+using kernels::device_tensor;
 using plugin::DeviceTensor;
-
-DeviceTensor device_tensor(const TensorView& t) {
-  return {t.data, t.numel, t.dtype, static_cast<std::int32_t>(t.device.id)};
-}
 
 std::vector<DeviceTensor> device_tensors(std::span<const TensorView> tensors) {
   std::vector<DeviceTensor> out;
@@ -133,60 +131,10 @@ void adamw_step(const AdamWOptions& options, std::span<const TensorView> params,
 
 // ---- metric updates ---------------------------------------------------------------------
 
-void metric_weighted_sum(const TensorView& state, const TensorView& values,
-                         const TensorView* weights, plugin::Stream stream) {
-  const DeviceTensor w = weights != nullptr ? device_tensor(*weights) : DeviceTensor{};
-  call("weighted_sum", &plugin::KernelsApi::metric_weighted_sum, data_of<double>(state),
-       device_tensor(values), weights != nullptr ? &w : nullptr, stream);
-}
-
-void metric_max(const TensorView& state, const TensorView& values, plugin::Stream stream) {
-  call("max", &plugin::KernelsApi::metric_max, data_of<double>(state), device_tensor(values),
+void metric_update(plugin::MetricKernel kernel, const plugin::MetricArgs& args,
+                   plugin::Stream stream) {
+  call(plugin::metric_kernel_name(kernel), &plugin::KernelsApi::metric_update, kernel, &args,
        stream);
-}
-
-void metric_min(const TensorView& state, const TensorView& values, plugin::Stream stream) {
-  call("min", &plugin::KernelsApi::metric_min, data_of<double>(state), device_tensor(values),
-       stream);
-}
-
-void metric_confusion_matrix(const TensorView& confusion, std::int64_t num_classes,
-                             const TensorView& preds, const TensorView& target,
-                             plugin::Stream stream) {
-  call("confusion_matrix", &plugin::KernelsApi::metric_confusion_matrix,
-       data_of<std::int64_t>(confusion), num_classes, device_tensor(preds), device_tensor(target),
-       static_cast<std::int64_t*>(nullptr), stream);
-}
-
-void metric_binary_confusion(const TensorView& confusion, const TensorView& preds,
-                             const TensorView& target, double threshold, plugin::Stream stream) {
-  call("binary_confusion", &plugin::KernelsApi::metric_binary_confusion,
-       data_of<std::int64_t>(confusion), device_tensor(preds), device_tensor(target), threshold,
-       static_cast<std::int64_t*>(nullptr), stream);
-}
-
-void metric_multilabel_counts(const TensorView& counts, std::int64_t num_labels,
-                              const TensorView& preds, const TensorView& target,
-                              double threshold, plugin::Stream stream) {
-  call("multilabel_counts", &plugin::KernelsApi::metric_multilabel_counts,
-       data_of<std::int64_t>(counts), num_labels, device_tensor(preds), device_tensor(target),
-       threshold, static_cast<std::int64_t*>(nullptr), stream);
-}
-
-void metric_topk_correct(const TensorView& counts, std::int64_t num_classes,
-                         const TensorView& preds, const TensorView& target, std::int64_t k,
-                         plugin::Stream stream) {
-  call("topk_correct", &plugin::KernelsApi::metric_topk_correct, data_of<std::int64_t>(counts),
-       num_classes, device_tensor(preds), device_tensor(target), k,
-       static_cast<std::int64_t*>(nullptr), stream);
-}
-
-void metric_binary_histogram(const TensorView& histogram, std::int64_t num_bins,
-                             const TensorView& scores, const TensorView& target,
-                             plugin::Stream stream) {
-  call("binary_histogram", &plugin::KernelsApi::metric_binary_histogram,
-       data_of<std::int64_t>(histogram), num_bins, device_tensor(scores), device_tensor(target),
-       static_cast<std::int64_t*>(nullptr), stream);
 }
 
 }  // namespace concord::cuda

@@ -7,13 +7,13 @@
 // function throws Error(kUnavailable).
 #pragma once
 
-#include <cstdint>
 #include <span>
 
 #include "base/dtype.hpp"
 #include "base/tensor_view.hpp"
 #include "kernels/optim_options.hpp"
 #include "plugin/cuda_plugin_abi.hpp"
+#include "plugin/metric_kernels.hpp"
 
 namespace concord::cuda {
 
@@ -48,23 +48,7 @@ void adamw_step(const AdamWOptions& options, std::span<const TensorView> params,
 // histogram scores outside [0, 1]) are skipped: rejecting them would need
 // the data on the host.
 
-void metric_weighted_sum(const TensorView& state, const TensorView& values,
-                         const TensorView* weights, plugin::Stream stream);
-void metric_max(const TensorView& state, const TensorView& values, plugin::Stream stream);
-void metric_min(const TensorView& state, const TensorView& values, plugin::Stream stream);
-void metric_confusion_matrix(const TensorView& confusion, std::int64_t num_classes,
-                             const TensorView& preds, const TensorView& target,
-                             plugin::Stream stream);
-void metric_binary_confusion(const TensorView& confusion, const TensorView& preds,
-                             const TensorView& target, double threshold, plugin::Stream stream);
-void metric_multilabel_counts(const TensorView& counts, std::int64_t num_labels,
-                              const TensorView& preds, const TensorView& target,
-                              double threshold, plugin::Stream stream);
-void metric_topk_correct(const TensorView& counts, std::int64_t num_classes,
-                         const TensorView& preds, const TensorView& target, std::int64_t k,
-                         plugin::Stream stream);
-void metric_binary_histogram(const TensorView& histogram, std::int64_t num_bins,
-                             const TensorView& scores, const TensorView& target,
-                             plugin::Stream stream);
+void metric_update(plugin::MetricKernel kernel, const plugin::MetricArgs& args,
+                   plugin::Stream stream);
 
 }  // namespace concord::cuda

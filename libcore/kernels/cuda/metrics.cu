@@ -1,12 +1,12 @@
-// Metric update kernels on CUDA tensors (metrics/updates.hpp semantics). The
+// Metric update kernels on CUDA tensors (plugin/metric_kernels.hpp). The
 // per-sample arithmetic is kernels/metric_functors.hpp, which the CPU
-// executors (metrics/updates.cpp) run as well; inputs are decoded as there
-// (float16 / bfloat16 widened exactly, bool read as nonzero).
+// executor (kernels/cpu/metrics.cpp) runs as well; inputs are decoded as
+// there, through the codecs.
 //
 // Differences from the CPU, all forced by the absence of a host sync: a
 // sample the CPU would reject (a label outside its range, a binary label
 // other than 0 / 1, a histogram score outside [0, 1] or NaN) is skipped and
-// counted in *invalid when that is given; and sums run in another order, so
+// counted in *invalid (MetricArgs) when that is given; and sums run in another order, so
 // float64 sums may differ in the last bits.
 //
 // Counting kernels (confusion matrices, label counts, top-k, histograms)
@@ -17,11 +17,12 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/codec.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/entry_points.hpp"
-#include "kernels/half.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/metric_functors.hpp"
-#include "kernels/pack.hpp"
+#include "plugin/metric_kernels.hpp"
 
 namespace concord::cuda_exec {
 namespace {
@@ -29,35 +30,28 @@ namespace {
 using namespace concord::metrics;
 
 // ---- decoding ----------------------------------------------------------------------
-// The dtype is the same for every thread, so the switches do not diverge.
+// Through the codecs (kernels/codec.hpp), as on the CPU. The dtype is the
+// same for every thread, so the dtype switch does not diverge.
 
 // Element i of any dtype as a double (weights, values, probabilities).
 __device__ __forceinline__ double load_number(const void* data, DType dtype, std::int64_t i) {
-  switch (dtype) {
-    case DType::kFloat16: return fp16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::kBFloat16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::kFloat32: return static_cast<const float*>(data)[i];
-    case DType::kFloat64: return static_cast<const double*>(data)[i];
-    case DType::kInt8: return static_cast<const std::int8_t*>(data)[i];
-    case DType::kInt32: return static_cast<const std::int32_t*>(data)[i];
-    case DType::kInt64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
-    case DType::kUInt8: return static_cast<const std::uint8_t*>(data)[i];
-    case DType::kBool: return static_cast<const std::uint8_t*>(data)[i] != 0 ? 1.0 : 0.0;
-  }
-  return 0.0;
+  return visit_dtype(dtype, [&](auto tag) {
+    using C = Codec<decltype(tag)::value>;
+    return static_cast<double>(C::load(static_cast<const typename C::Storage*>(data)[i]));
+  });
 }
 
 // Element i of a label dtype (floating labels are rejected by the caller;
 // -1 keeps them out of every range here).
 __device__ __forceinline__ std::int64_t load_label(const void* data, DType dtype, std::int64_t i) {
-  switch (dtype) {
-    case DType::kInt8: return static_cast<const std::int8_t*>(data)[i];
-    case DType::kInt32: return static_cast<const std::int32_t*>(data)[i];
-    case DType::kInt64: return static_cast<const std::int64_t*>(data)[i];
-    case DType::kUInt8: return static_cast<const std::uint8_t*>(data)[i];
-    case DType::kBool: return static_cast<const std::uint8_t*>(data)[i] != 0;
-    default: return -1;
-  }
+  return visit_dtype(dtype, [&](auto tag) -> std::int64_t {
+    constexpr DType D = decltype(tag)::value;
+    using C = Codec<D>;
+    if constexpr (FloatingDTypes::contains(D))
+      return -1;
+    else
+      return static_cast<std::int64_t>(C::load(static_cast<const typename C::Storage*>(data)[i]));
+  });
 }
 
 // An input tensor as the kernels read it.
@@ -99,7 +93,7 @@ struct ConfusionLabels {
 // confusion (C, C) from the argmax of score rows (N, C).
 template <DType D>
 struct ConfusionScores {
-  const typename FloatCodec<D>::Storage* scores;
+  const typename Codec<D>::Storage* scores;
   Input target;
   std::int64_t num_classes;
 
@@ -108,7 +102,7 @@ struct ConfusionScores {
     const std::int64_t t = load_label(target.data, target.dtype, i);
     if (!label_in_range(t, num_classes)) return false;
     const auto* row = scores + i * num_classes;
-    const std::int32_t p = argmax_row([row](std::int32_t c) { return FloatCodec<D>::load(row[c]); },
+    const std::int32_t p = argmax_row([row](std::int32_t c) { return Codec<D>::load(row[c]); },
                                       static_cast<std::int32_t>(num_classes));
     add(confusion_cell(t, p, num_classes));
     return true;
@@ -155,7 +149,7 @@ struct MultilabelCounts {
 // counts (2,) = [hits, samples] of top-k membership.
 template <DType D>
 struct TopkCorrect {
-  const typename FloatCodec<D>::Storage* scores;
+  const typename Codec<D>::Storage* scores;
   Input target;
   std::int64_t num_classes, k;
 
@@ -164,7 +158,7 @@ struct TopkCorrect {
     const std::int64_t t = load_label(target.data, target.dtype, i);
     if (!label_in_range(t, num_classes)) return false;
     const auto* row = scores + i * num_classes;
-    if (topk_hit([row](std::int32_t c) { return FloatCodec<D>::load(row[c]); },
+    if (topk_hit([row](std::int32_t c) { return Codec<D>::load(row[c]); },
                  static_cast<std::int32_t>(num_classes), t, k))
       add(0);
     add(1);
@@ -268,133 +262,119 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- launches -----------------------------------------------------------------------
+// One per kernel, on the inputs and scalars of its MetricArgs, on the
+// state's device.
 
+// The counts of `sample` over n samples into the state's num_cells cells.
 template <class Sample>
-void launch_count(const char* kernel, const Sample& sample, std::int64_t n, std::int64_t* cells,
-                  std::int64_t num_cells, std::int64_t* invalid, std::int32_t device,
-                  cudaStream_t stream) {
+void launch_count(const MetricArgs& a, const Sample& sample, std::int64_t n,
+                  std::int64_t num_cells, cudaStream_t stream) {
+  const std::int32_t device = a.state.device;
+  DeviceGuard guard(device);
   const std::size_t shared =
       num_cells <= kSharedCells ? static_cast<std::size_t>(num_cells) * sizeof(unsigned long long)
                                 : 0;
-  count_kernel<Sample><<<blocks_for(n, device), kThreads, shared, stream>>>(sample, n, cells,
-                                                                            num_cells, invalid);
-  check_launch(kernel);
+  count_kernel<Sample><<<blocks_for(n, device), kThreads, shared, stream>>>(
+      sample, n, static_cast<std::int64_t*>(a.state.data), num_cells, a.invalid);
+  check_launch("count_kernel");
+}
+
+double* state_of(const MetricArgs& a) { return static_cast<double*>(a.state.data); }
+
+void weighted_sum(const MetricArgs& a, cudaStream_t stream) {
+  const DeviceTensor& values = a.inputs[0];
+  const std::int64_t n = values.numel;
+  if (n == 0) return;
+  DeviceGuard guard(a.state.device);
+  const Input w = a.num_inputs > 1 ? input_of(a.inputs[1]) : Input{nullptr, DType::kFloat64};
+  weighted_sum_kernel<<<blocks_for(n, a.state.device), kThreads, 0, stream>>>(input_of(values), w,
+                                                                               n, state_of(a));
+  check_launch("weighted_sum_kernel");
 }
 
 template <class Op>
-int extremum(double* state, const DeviceTensor& values, Op op, Stream stream) noexcept {
-  return plugin::guarded([&] {
-    const std::int64_t n = values.numel;
-    if (n == 0) return;
-    DeviceGuard guard(values.device);
-    extremum_kernel<<<blocks_for(n, values.device), kThreads, 0, to_cuda(stream)>>>(
-        input_of(values), n, state, op);
-    check_launch("extremum_kernel");
+void extremum(const MetricArgs& a, Op op, cudaStream_t stream) {
+  const DeviceTensor& values = a.inputs[0];
+  const std::int64_t n = values.numel;
+  if (n == 0) return;
+  DeviceGuard guard(a.state.device);
+  extremum_kernel<<<blocks_for(n, a.state.device), kThreads, 0, stream>>>(input_of(values), n,
+                                                                           state_of(a), op);
+  check_launch("extremum_kernel");
+}
+
+// preds (N,) labels, or (N, C) scores when floating.
+void confusion_matrix(const MetricArgs& a, cudaStream_t stream) {
+  const DeviceTensor &preds = a.inputs[0], &target = a.inputs[1];
+  const std::int64_t n = target.numel, num_classes = a.num_classes;
+  if (n == 0) return;
+  const std::int64_t cells = num_classes * num_classes;
+  if (!dtype_is_floating(preds.dtype)) {
+    const ConfusionLabels sample{input_of(preds), input_of(target), num_classes};
+    return launch_count(a, sample, n, cells, stream);
+  }
+  visit_floating(preds.dtype, [&](auto tag) {
+    constexpr DType D = decltype(tag)::value;
+    const ConfusionScores<D> sample{static_cast<const typename Codec<D>::Storage*>(preds.data),
+                                    input_of(target), num_classes};
+    launch_count(a, sample, n, cells, stream);
   });
+}
+
+void binary_confusion(const MetricArgs& a, cudaStream_t stream) {
+  const DeviceTensor &preds = a.inputs[0], &target = a.inputs[1];
+  if (target.numel == 0) return;
+  const BinaryConfusion sample{input_of(preds), input_of(target), dtype_is_floating(preds.dtype),
+                               a.threshold};
+  launch_count(a, sample, target.numel, 4, stream);
+}
+
+void multilabel_counts(const MetricArgs& a, cudaStream_t stream) {
+  const DeviceTensor &preds = a.inputs[0], &target = a.inputs[1];
+  const std::int64_t n = target.numel;  // N * num_labels
+  if (n == 0 || a.num_labels <= 0) return;
+  const MultilabelCounts sample{input_of(preds), input_of(target),
+                                dtype_is_floating(preds.dtype), a.threshold, a.num_labels};
+  launch_count(a, sample, n, a.num_labels * 4, stream);
+}
+
+void topk_correct(const MetricArgs& a, cudaStream_t stream) {
+  const DeviceTensor &preds = a.inputs[0], &target = a.inputs[1];
+  if (target.numel == 0) return;
+  visit_floating(preds.dtype, [&](auto tag) {
+    constexpr DType D = decltype(tag)::value;
+    const TopkCorrect<D> sample{static_cast<const typename Codec<D>::Storage*>(preds.data),
+                                input_of(target), a.num_classes, a.k};
+    launch_count(a, sample, target.numel, 2, stream);
+  });
+}
+
+void binary_histogram(const MetricArgs& a, cudaStream_t stream) {
+  const DeviceTensor &scores = a.inputs[0], &target = a.inputs[1];
+  if (target.numel == 0) return;
+  const BinaryHistogram sample{input_of(scores), input_of(target), a.num_bins};
+  launch_count(a, sample, target.numel, 2 * a.num_bins, stream);
 }
 
 }  // namespace
 
-// ---- entry points ---------------------------------------------------------------------
+// ---- the entry point ------------------------------------------------------------------
 
-int metric_weighted_sum(double* state, DeviceTensor values, const DeviceTensor* weights,
-                        Stream stream) noexcept {
+int metric_update(MetricKernel kernel, const MetricArgs* args, Stream stream) noexcept {
   return plugin::guarded([&] {
-    const std::int64_t n = values.numel;
-    if (n == 0) return;
-    DeviceGuard guard(values.device);
-    const Input w = weights != nullptr ? input_of(*weights) : Input{nullptr, DType::kFloat64};
-    weighted_sum_kernel<<<blocks_for(n, values.device), kThreads, 0, to_cuda(stream)>>>(
-        input_of(values), w, n, state);
-    check_launch("weighted_sum_kernel");
-  });
-}
-
-int metric_max(double* state, DeviceTensor values, Stream stream) noexcept {
-  return extremum(state, values, MaxSkippingNaN{}, stream);
-}
-
-int metric_min(double* state, DeviceTensor values, Stream stream) noexcept {
-  return extremum(state, values, MinSkippingNaN{}, stream);
-}
-
-int metric_confusion_matrix(std::int64_t* confusion, std::int64_t num_classes, DeviceTensor preds,
-                            DeviceTensor target, std::int64_t* invalid, Stream stream) noexcept {
-  return plugin::guarded([&] {
-    const std::int64_t n = target.numel;
-    if (n == 0) return;
-    const std::int32_t device = target.device;
-    DeviceGuard guard(device);
-    const std::int64_t cells = num_classes * num_classes;
-    if (!dtype_is_floating(preds.dtype)) {
-      const ConfusionLabels sample{input_of(preds), input_of(target), num_classes};
-      launch_count("confusion_matrix", sample, n, confusion, cells, invalid, device,
-                   to_cuda(stream));
-      return;
+    const MetricArgs& a = *args;
+    const cudaStream_t s = to_cuda(stream);
+    switch (kernel) {
+      case MetricKernel::kWeightedSum: return weighted_sum(a, s);
+      case MetricKernel::kMax: return extremum(a, MaxSkippingNaN{}, s);
+      case MetricKernel::kMin: return extremum(a, MinSkippingNaN{}, s);
+      case MetricKernel::kConfusionMatrix: return confusion_matrix(a, s);
+      case MetricKernel::kBinaryConfusion: return binary_confusion(a, s);
+      case MetricKernel::kMultilabelCounts: return multilabel_counts(a, s);
+      case MetricKernel::kTopkCorrect: return topk_correct(a, s);
+      case MetricKernel::kBinaryHistogram: return binary_histogram(a, s);
     }
-    visit_floating("confusion_matrix", preds.dtype, [&](auto tag) {
-      constexpr DType D = decltype(tag)::value;
-      const ConfusionScores<D> sample{
-          static_cast<const typename FloatCodec<D>::Storage*>(preds.data), input_of(target),
-          num_classes};
-      launch_count("confusion_matrix", sample, n, confusion, cells, invalid, device,
-                   to_cuda(stream));
-    });
-  });
-}
-
-int metric_binary_confusion(std::int64_t* confusion, DeviceTensor preds, DeviceTensor target,
-                            double threshold, std::int64_t* invalid, Stream stream) noexcept {
-  return plugin::guarded([&] {
-    const std::int64_t n = target.numel;
-    if (n == 0) return;
-    DeviceGuard guard(target.device);
-    const BinaryConfusion sample{input_of(preds), input_of(target), dtype_is_floating(preds.dtype),
-                                 threshold};
-    launch_count("binary_confusion", sample, n, confusion, 4, invalid, target.device,
-                 to_cuda(stream));
-  });
-}
-
-int metric_multilabel_counts(std::int64_t* counts, std::int64_t num_labels, DeviceTensor preds,
-                             DeviceTensor target, double threshold, std::int64_t* invalid,
-                             Stream stream) noexcept {
-  return plugin::guarded([&] {
-    const std::int64_t n = target.numel;  // N * num_labels
-    if (n == 0 || num_labels <= 0) return;
-    DeviceGuard guard(target.device);
-    const MultilabelCounts sample{input_of(preds), input_of(target),
-                                  dtype_is_floating(preds.dtype), threshold, num_labels};
-    launch_count("multilabel_counts", sample, n, counts, num_labels * 4, invalid, target.device,
-                 to_cuda(stream));
-  });
-}
-
-int metric_topk_correct(std::int64_t* counts, std::int64_t num_classes, DeviceTensor preds,
-                        DeviceTensor target, std::int64_t k, std::int64_t* invalid,
-                        Stream stream) noexcept {
-  return plugin::guarded([&] {
-    const std::int64_t n = target.numel;
-    if (n == 0) return;
-    DeviceGuard guard(target.device);
-    visit_floating("topk_correct", preds.dtype, [&](auto tag) {
-      constexpr DType D = decltype(tag)::value;
-      const TopkCorrect<D> sample{static_cast<const typename FloatCodec<D>::Storage*>(preds.data),
-                                  input_of(target), num_classes, k};
-      launch_count("topk_correct", sample, n, counts, 2, invalid, target.device, to_cuda(stream));
-    });
-  });
-}
-
-int metric_binary_histogram(std::int64_t* histogram, std::int64_t num_bins, DeviceTensor scores,
-                            DeviceTensor target, std::int64_t* invalid, Stream stream) noexcept {
-  return plugin::guarded([&] {
-    const std::int64_t n = target.numel;
-    if (n == 0) return;
-    DeviceGuard guard(target.device);
-    const BinaryHistogram sample{input_of(scores), input_of(target), num_bins};
-    launch_count("binary_histogram", sample, n, histogram, 2 * num_bins, invalid, target.device,
-                 to_cuda(stream));
+    invalid_argument("metric_update: unknown metric kernel ", static_cast<int>(kernel));
   });
 }
 

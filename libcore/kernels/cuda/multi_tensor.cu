@@ -9,6 +9,7 @@
 #include "kernels/clip.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/entry_points.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/pack.hpp"
 
 namespace concord::cuda_exec {
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
 template <DType D>
 __global__ void __launch_bounds__(kThreads)
     squares_kernel(const __grid_constant__ TensorTable<1> table, double* result) {
-  using Storage = typename FloatCodec<D>::Storage;
+  using Storage = typename Codec<D>::Storage;
   const functors::SquareF64<D> square;
   double sum = 0.0;
   for_each_element(table, [&](int t, std::int64_t j) {
@@ -76,8 +77,8 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_cast(DType from, DType to, const TensorTable<2>& table, std::int64_t total,
                  double factor, std::int32_t device, cudaStream_t stream) {
-  visit_floating("cast", from, [&](auto f) {
-    visit_floating("cast", to, [&](auto t) {
+  visit_floating(from, [&](auto f) {
+    visit_floating(to, [&](auto t) {
       cast_kernel<decltype(f)::value, decltype(t)::value>
           <<<blocks_for(total, device), kThreads, 0, stream>>>(table, factor);
     });
@@ -141,10 +142,12 @@ void convert_all(const DeviceTensor* tensors, std::size_t n, unsigned char* wire
   }
 }
 
-// Launches kernel(table) for the tensors of each floating dtype in turn.
+// Calls launch_for(tag, table, total) for the tensors of each floating dtype
+// in turn, tag naming the dtype.
 template <class LaunchFor>
 void per_floating_dtype(const DeviceTensor* tensors, std::size_t n, LaunchFor&& launch_for) {
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+  for_each_dtype(FloatingDTypes{}, [&](auto tag) {
+    constexpr DType dtype = decltype(tag)::value;
     auto select = [&](std::size_t i, TableEntry<1>& entry) {
       if (tensors[i].dtype != dtype) return false;
       entry.data[0] = tensors[i].data;
@@ -152,9 +155,9 @@ void per_floating_dtype(const DeviceTensor* tensors, std::size_t n, LaunchFor&& 
       return true;
     };
     launch_tables<1>(n, select, [&](const TensorTable<1>& table, std::int64_t total) {
-      launch_for(dtype, table, total);
+      launch_for(tag, table, total);
     });
-  }
+  });
 }
 
 // The device of a device pointer (for calls with no tensor to tell it), or
@@ -175,7 +178,8 @@ int scale(const DeviceTensor* tensors, std::size_t n, double factor, Stream stre
     require_floating("scale", tensors, n);
     const std::int32_t device = tensors[0].device;
     DeviceGuard guard(device);
-    for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    for_each_dtype(FloatingDTypes{}, [&](auto tag) {
+      constexpr DType dtype = decltype(tag)::value;
       auto select = [&](std::size_t i, TableEntry<2>& entry) {
         if (tensors[i].dtype != dtype) return false;
         entry.data[0] = entry.data[1] = tensors[i].data;
@@ -185,7 +189,7 @@ int scale(const DeviceTensor* tensors, std::size_t n, double factor, Stream stre
       launch_tables<2>(n, select, [&](const TensorTable<2>& table, std::int64_t total) {
         launch_cast(dtype, dtype, table, total, factor, device, to_cuda(stream));
       });
-    }
+    });
   });
 }
 
@@ -215,12 +219,10 @@ int sum_of_squares(const DeviceTensor* tensors, std::size_t n, double* result,
     DeviceGuard guard(device);
     const cudaStream_t s = to_cuda(stream);
     check_cuda(cudaMemsetAsync(result, 0, sizeof(double), s), "sum_of_squares: cudaMemsetAsync");
-    per_floating_dtype(tensors, n, [&](DType dtype, const TensorTable<1>& table,
+    per_floating_dtype(tensors, n, [&](auto tag, const TensorTable<1>& table,
                                        std::int64_t total) {
-      visit_floating("sum_of_squares", dtype, [&](auto d) {
-        squares_kernel<decltype(d)::value>
-            <<<blocks_for(total, device), kThreads, 0, s>>>(table, result);
-      });
+      squares_kernel<decltype(tag)::value>
+          <<<blocks_for(total, device), kThreads, 0, s>>>(table, result);
       check_launch("squares_kernel");
     });
   });
@@ -234,12 +236,10 @@ int clip_by_sum_of_squares(const DeviceTensor* tensors, std::size_t n, const dou
     const std::int32_t device = tensors[0].device;
     DeviceGuard guard(device);
     const cudaStream_t s = to_cuda(stream);
-    per_floating_dtype(tensors, n, [&](DType dtype, const TensorTable<1>& table,
+    per_floating_dtype(tensors, n, [&](auto tag, const TensorTable<1>& table,
                                        std::int64_t total) {
-      visit_floating("clip_by_sum_of_squares", dtype, [&](auto d) {
-        clip_kernel<decltype(d)::value>
-            <<<blocks_for(total, device), kThreads, 0, s>>>(table, sum_sq, max_norm);
-      });
+      clip_kernel<decltype(tag)::value>
+          <<<blocks_for(total, device), kThreads, 0, s>>>(table, sum_sq, max_norm);
       check_launch("clip_kernel");
     });
   });

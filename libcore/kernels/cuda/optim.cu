@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/codec.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/entry_points.hpp"
+#include "kernels/dispatch.hpp"
 #include "kernels/optim.hpp"
 
 namespace concord::cuda_exec {
@@ -66,11 +68,10 @@ __global__ void __launch_bounds__(kThreads)
 // first launch).
 void require_optimizer_dtypes(const char* op, const DeviceTensor* params, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
-    if (params[i].dtype != DType::kFloat32 && params[i].dtype != DType::kFloat64)
-      unsupported_dtype(op, params[i].dtype);
+    if (!OptimizerDTypes::contains(params[i].dtype)) unsupported_dtype(op, params[i].dtype);
 }
 
-// Launches for each of float32 and float64: launch_for(tag, table, total)
+// Launches for each optimizer dtype: launch_for(tag, table, total)
 // with the tensors of that dtype, lists[l][i] being tensor i of list l.
 template <int kLists, class LaunchFor>
 void per_optimizer_dtype(const DeviceTensor* const (&lists)[kLists], std::size_t n,
@@ -87,12 +88,11 @@ void per_optimizer_dtype(const DeviceTensor* const (&lists)[kLists], std::size_t
       launch_for(tag, table, total);
     });
   };
-  run(DTypeTag<DType::kFloat32>{});
-  run(DTypeTag<DType::kFloat64>{});
+  for_each_dtype(OptimizerDTypes{}, run);
 }
 
 template <DType D>
-using Scalar = std::conditional_t<D == DType::kFloat32, float, double>;
+using Scalar = typename Codec<D>::Compute;
 
 template <typename T>
 void launch_sgd_momentum(const SgdParams& o, const TensorTable<3>& table, std::int64_t total,
