@@ -102,9 +102,21 @@ inline std::vector<TensorView> views(const DLTensor* const* tensors, std::size_t
   return result;
 }
 
-// The calling thread's stream for kernel calls on CUDA tensors, as set by
-// concord_set_stream (nullptr: the legacy default stream).
-void* current_stream() noexcept;
+// An options struct as this library knows it: `given` (struct_size at most
+// sizeof(Options): a caller built against an older header passes a smaller
+// one) over `defaults` (its _INIT macro), or the defaults for NULL.
+template <typename Options>
+Options read_options(const Options* given, const Options& defaults, const char* type) {
+  if (given == nullptr) return defaults;
+  const std::size_t size = given->struct_size;
+  if (size < sizeof(std::size_t) || size > sizeof(Options))
+    invalid_argument("options->struct_size is ", size, "; expected sizeof(", type, ") = ",
+                     sizeof(Options), ", or the smaller size of an older header's ", type);
+  Options result = defaults;
+  std::memcpy(&result, given, size);
+  result.struct_size = sizeof(Options);
+  return result;
+}
 
 // C lets any int through an enum; these take the raw value, since loading
 // an out-of-range value as a C++ enum is undefined.

@@ -147,7 +147,7 @@ const char* concord_status_string(concord_status status) {
 
 const char* concord_last_error(void) { return concord::cabi::last_error.c_str(); }
 
-concord_status concord_set_interrupt_check(concord_interrupt_check check, void* user) {
+concord_status concord_interrupt_set_check(concord_interrupt_check check, void* user) {
   CONCORD_API_BEGIN
   concord::set_interrupt_check(check, user);
   CONCORD_API_END
@@ -271,14 +271,8 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
   CONCORD_API_BEGIN
   require_out(out, "out");
   *out = nullptr;
-  concord_comm_options opts = CONCORD_COMM_OPTIONS_INIT;
-  if (options != nullptr) {
-    if (options->struct_size < offsetof(concord_comm_options, backend) + sizeof(const char*) ||
-        options->struct_size > sizeof(concord_comm_options))
-      concord::invalid_argument("options->struct_size is ", options->struct_size,
-                                "; set it to sizeof(concord_comm_options)");
-    opts = *options;
-  }
+  const concord_comm_options opts = concord::cabi::read_options(
+      options, concord_comm_options CONCORD_COMM_OPTIONS_INIT, "concord_comm_options");
   concord::WorldOptions world;
   world.backend = concord::backend_choice_from_name(opts.backend ? opts.backend : "auto");
   // -1 means "from the environment"; any other value is used as given (and
@@ -372,7 +366,7 @@ concord_status concord_comm_destroy(concord_comm_t comm) {
 
 // ---- collectives ---------------------------------------------------------------
 
-concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+concord_status concord_comm_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                   concord_reduce_op op, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
@@ -383,7 +377,7 @@ concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLT
   CONCORD_API_END
 }
 
-concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+concord_status concord_comm_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                   void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
@@ -393,7 +387,7 @@ concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLT
   CONCORD_API_END
 }
 
-concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+concord_status concord_comm_reduce_scatter(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                       concord_reduce_op op, void* stream,
                                       concord_work_t* work) {
   CONCORD_API_BEGIN
@@ -404,7 +398,7 @@ concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
   CONCORD_API_END
 }
 
-concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+concord_status concord_comm_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                  int root, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
@@ -416,14 +410,14 @@ concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTe
   CONCORD_API_END
 }
 
-concord_status concord_barrier(concord_comm_t comm, concord_work_t* work) {
+concord_status concord_comm_barrier(concord_comm_t comm, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
   store_work(work, c.barrier(work != nullptr));
   CONCORD_API_END
 }
 
-concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
+concord_status concord_comm_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
                                         size_t num_tensors, concord_reduce_op op, void* stream,
                                         concord_work_t* work) {
   CONCORD_API_BEGIN

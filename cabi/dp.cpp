@@ -1,7 +1,7 @@
 // The C ABI of data parallelism: gradient buckets, fused optimizers and the
 // multi-tensor helpers of gradient clipping. Every argument is checked
 // before any tensor is read or written. Kernel calls on CUDA tensors are
-// enqueued on the calling thread's stream (concord_set_stream).
+// enqueued on the stream the caller passes.
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -24,7 +24,7 @@ namespace {
 
 using concord::TensorView;
 using concord::invalid_argument;
-using concord::cabi::current_stream;
+using concord::cabi::read_options;
 using concord::cabi::enum_value;
 using concord::cabi::require;
 using concord::cabi::require_out;
@@ -32,14 +32,14 @@ using concord::cabi::to_reduce_op;
 using concord::cabi::view;
 using concord::cabi::views;
 
+// An optimizer's options: required (a step with default hyperparameters is
+// more likely a mistake than a choice), then read as read_options does.
 template <typename Options>
-const Options& require_options(const Options* options, const char* type, const char* init) {
+Options require_options(const Options* options, const Options& defaults, const char* type,
+                        const char* init) {
   if (options == nullptr)
     invalid_argument("options is NULL; pass a ", type, " set up with ", init);
-  if (options->struct_size != sizeof(Options))
-    invalid_argument("options->struct_size is ", options->struct_size, "; set it to sizeof(", type,
-                     ") = ", sizeof(Options));
-  return *options;
+  return read_options(options, defaults, type);
 }
 
 concord::dp::Compression to_compression(int c) {
@@ -53,9 +53,8 @@ concord::dp::Compression to_compression(int c) {
 }
 
 concord::dp::GradSyncOptions to_grad_sync_options(const concord_grad_sync_options* given) {
-  concord_grad_sync_options o = CONCORD_GRAD_SYNC_OPTIONS_INIT;
-  if (given != nullptr)
-    o = require_options(given, "concord_grad_sync_options", "CONCORD_GRAD_SYNC_OPTIONS_INIT");
+  const concord_grad_sync_options o = read_options(
+      given, concord_grad_sync_options CONCORD_GRAD_SYNC_OPTIONS_INIT, "concord_grad_sync_options");
   return {o.bucket_cap_mb, o.first_bucket_mb, to_reduce_op(enum_value(o.op)),
           to_compression(enum_value(o.compress))};
 }
@@ -109,16 +108,16 @@ concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t inde
 }
 
 concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
-                                            DLTensor* grad) {
+                                            DLTensor* grad, void* stream) {
   CONCORD_API_BEGIN
   auto& s = require(sync, "sync");
-  s.sync->mark_ready(index, view(grad, "grad"), current_stream());
+  s.sync->mark_ready(index, view(grad, "grad"), stream);
   CONCORD_API_END
 }
 
-concord_status concord_grad_sync_wait(concord_grad_sync_t sync) {
+concord_status concord_grad_sync_wait(concord_grad_sync_t sync, void* stream) {
   CONCORD_API_BEGIN
-  require(sync, "sync").sync->wait(current_stream());
+  require(sync, "sync").sync->wait(stream);
   CONCORD_API_END
 }
 
@@ -130,12 +129,13 @@ concord_status concord_grad_sync_destroy(concord_grad_sync_t sync) {
 
 // ---- fused optimizers ---------------------------------------------------------------
 
-concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
-                                DLTensor* const* params, const DLTensor* const* grads,
-                                DLTensor* const* momentum_buffers) {
+concord_status concord_optim_sgd_step(const concord_sgd_options* options, size_t num_tensors,
+                                      DLTensor* const* params, const DLTensor* const* grads,
+                                      DLTensor* const* momentum_buffers, void* stream) {
   CONCORD_API_BEGIN
-  const concord_sgd_options& o =
-      require_options(options, "concord_sgd_options", "CONCORD_SGD_OPTIONS_INIT");
+  const concord_sgd_options o =
+      require_options(options, concord_sgd_options CONCORD_SGD_OPTIONS_INIT,
+                      "concord_sgd_options", "CONCORD_SGD_OPTIONS_INIT");
   const std::vector<TensorView> p = views(params, num_tensors, "params");
   const std::vector<TensorView> g = views(grads, num_tensors, "grads");
   std::vector<TensorView> buffers;
@@ -146,56 +146,61 @@ concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_t
     buffers = views(momentum_buffers, num_tensors, "momentum_buffers");
   }
   concord::kernels::sgd_step({o.lr, o.momentum, o.weight_decay, o.nesterov != 0, o.step}, p, g,
-                             buffers, current_stream());
+                             buffers, stream);
   CONCORD_API_END
 }
 
-concord_status concord_adamw_step(const concord_adamw_options* options, size_t num_tensors,
-                                  DLTensor* const* params, const DLTensor* const* grads,
-                                  DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq) {
+concord_status concord_optim_adamw_step(const concord_adamw_options* options, size_t num_tensors,
+                                        DLTensor* const* params, const DLTensor* const* grads,
+                                        DLTensor* const* exp_avg, DLTensor* const* exp_avg_sq,
+                                        void* stream) {
   CONCORD_API_BEGIN
-  const concord_adamw_options& o =
-      require_options(options, "concord_adamw_options", "CONCORD_ADAMW_OPTIONS_INIT");
+  const concord_adamw_options o =
+      require_options(options, concord_adamw_options CONCORD_ADAMW_OPTIONS_INIT,
+                      "concord_adamw_options", "CONCORD_ADAMW_OPTIONS_INIT");
   const std::vector<TensorView> p = views(params, num_tensors, "params");
   const std::vector<TensorView> g = views(grads, num_tensors, "grads");
   const std::vector<TensorView> m = views(exp_avg, num_tensors, "exp_avg");
   const std::vector<TensorView> v = views(exp_avg_sq, num_tensors, "exp_avg_sq");
   concord::kernels::adamw_step({o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.step}, p, g, m,
-                               v, current_stream());
+                               v, stream);
   CONCORD_API_END
 }
 
 // ---- multi-tensor helpers -----------------------------------------------------------
 
-concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
-                                      double* result) {
+concord_status concord_tensors_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
+                                              double* result, void* stream) {
   CONCORD_API_BEGIN
   require_out(result, "result");
-  *result = concord::kernels::sum_of_squares(views(tensors, num_tensors, "tensors"),
-                                             current_stream());
+  *result = concord::kernels::sum_of_squares(views(tensors, num_tensors, "tensors"), stream);
   CONCORD_API_END
 }
 
-concord_status concord_sum_of_squares_into(size_t num_tensors, const DLTensor* const* tensors,
-                                           DLTensor* result) {
+concord_status concord_tensors_sum_of_squares_into(size_t num_tensors,
+                                                   const DLTensor* const* tensors,
+                                                   DLTensor* result, void* stream) {
   CONCORD_API_BEGIN
   const std::vector<TensorView> t = views(tensors, num_tensors, "tensors");
-  concord::kernels::sum_of_squares_into(t, view(result, "result"), current_stream());
+  concord::kernels::sum_of_squares_into(t, view(result, "result"), stream);
   CONCORD_API_END
 }
 
-concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale) {
+concord_status concord_tensors_scale(size_t num_tensors, DLTensor* const* tensors, double scale,
+                                     void* stream) {
   CONCORD_API_BEGIN
-  concord::kernels::scale(views(tensors, num_tensors, "tensors"), scale, current_stream());
+  concord::kernels::scale(views(tensors, num_tensors, "tensors"), scale, stream);
   CONCORD_API_END
 }
 
-concord_status concord_clip_by_sum_of_squares(size_t num_tensors, DLTensor* const* tensors,
-                                              const DLTensor* sum_of_squares, double max_norm) {
+concord_status concord_tensors_clip_by_sum_of_squares(size_t num_tensors,
+                                                      DLTensor* const* tensors,
+                                                      const DLTensor* sum_of_squares,
+                                                      double max_norm, void* stream) {
   CONCORD_API_BEGIN
   const std::vector<TensorView> t = views(tensors, num_tensors, "tensors");
   concord::kernels::clip_by_sum_of_squares(t, view(sum_of_squares, "sum_of_squares"), max_norm,
-                                           current_stream());
+                                           stream);
   CONCORD_API_END
 }
 

@@ -626,8 +626,8 @@ TEST_CASE("C ABI: gradient buckets reduce DLTensors of any shape", "[dp][cabi]")
     for (int step = 0; step < 3; ++step) {
       for (std::size_t k = 0; k < grads.size(); ++k) fill_grad(grads[k], rank, step, k, 1.0);
       for (std::size_t k = grads.size(); k-- > 0;)
-        if (concord_grad_sync_mark_ready(sync, k, &dl[k]) != CONCORD_OK) note(concord_last_error());
-      if (concord_grad_sync_wait(sync) != CONCORD_OK) note(concord_last_error());
+        if (concord_grad_sync_mark_ready(sync, k, &dl[k], nullptr) != CONCORD_OK) note(concord_last_error());
+      if (concord_grad_sync_wait(sync, nullptr) != CONCORD_OK) note(concord_last_error());
       for (std::size_t k = 0; k < grads.size(); ++k)
         if (auto why = check_reduced(grads[k], world, step, k, 1.0, ReduceOp::kMean,
                                      Compression::kBFloat16);
@@ -653,7 +653,7 @@ TEST_CASE("C ABI: gradient bucket arguments are checked", "[dp][cabi][errors]") 
     concord_grad_sync_t sync = nullptr;
     record(concord_grad_sync_create(nullptr, templates, 1, nullptr, nullptr, &sync));
     concord_grad_sync_options options = CONCORD_GRAD_SYNC_OPTIONS_INIT;
-    options.struct_size = 16;
+    options.struct_size = sizeof options + 8;  // from a newer header than this library's
     record(concord_grad_sync_create(comm, templates, 1, nullptr, &options, &sync));
     options = CONCORD_GRAD_SYNC_OPTIONS_INIT;
     options.compress = static_cast<concord_compress>(7);
@@ -665,17 +665,18 @@ TEST_CASE("C ABI: gradient bucket arguments are checked", "[dp][cabi][errors]") 
     if (concord_grad_sync_create(comm, templates, 1, nullptr, nullptr, &sync) != CONCORD_OK) return;
     HostTensor transposed(DType::kFloat32, {3, 2});
     DLTensor t = transposed.dl();
-    record(concord_grad_sync_mark_ready(sync, 0, &t));
-    record(concord_grad_sync_mark_ready(sync, 1, &d));
-    record(concord_grad_sync_wait(sync));
-    record(concord_grad_sync_mark_ready(sync, 0, &d));
-    record(concord_grad_sync_wait(sync));
+    record(concord_grad_sync_mark_ready(sync, 0, &t, nullptr));
+    record(concord_grad_sync_mark_ready(sync, 1, &d, nullptr));
+    record(concord_grad_sync_wait(sync, nullptr));
+    record(concord_grad_sync_mark_ready(sync, 0, &d, nullptr));
+    record(concord_grad_sync_wait(sync, nullptr));
     record(concord_grad_sync_destroy(sync));
     record(concord_grad_sync_destroy(nullptr));
   });
   const std::vector<std::string> expected = {
       "comm is NULL",
-      "options->struct_size is 16; set it to sizeof(concord_grad_sync_options) = 32",
+      "options->struct_size is 40; expected sizeof(concord_grad_sync_options) = 32, or the "
+      "smaller size of an older header's concord_grad_sync_options",
       "unknown compression 7; valid: CONCORD_COMPRESS_NONE, CONCORD_COMPRESS_BF16, "
       "CONCORD_COMPRESS_FP16",
       "ready_order[0] is -1, a negative index",
@@ -786,11 +787,11 @@ TEST_CASE("GradientSynchronizer takes gradients on one device, checked before an
     CHECK(sync == nullptr);
     const DLTensor* on_cpu[] = {&ad, &bd};
     REQUIRE(concord_grad_sync_create(comm, on_cpu, 2, nullptr, nullptr, &sync) == CONCORD_OK);
-    record(concord_grad_sync_mark_ready(sync, 1, &gpu));
-    record(concord_grad_sync_wait(sync));  // gradient 1 was not marked
-    CHECK(concord_grad_sync_mark_ready(sync, 0, &ad) == CONCORD_OK);
-    CHECK(concord_grad_sync_mark_ready(sync, 1, &bd) == CONCORD_OK);
-    CHECK(concord_grad_sync_wait(sync) == CONCORD_OK);
+    record(concord_grad_sync_mark_ready(sync, 1, &gpu, nullptr));
+    record(concord_grad_sync_wait(sync, nullptr));  // gradient 1 was not marked
+    CHECK(concord_grad_sync_mark_ready(sync, 0, &ad, nullptr) == CONCORD_OK);
+    CHECK(concord_grad_sync_mark_ready(sync, 1, &bd, nullptr) == CONCORD_OK);
+    CHECK(concord_grad_sync_wait(sync, nullptr) == CONCORD_OK);
     CHECK(concord_grad_sync_destroy(sync) == CONCORD_OK);
   });
   const std::vector<std::string> expected = {

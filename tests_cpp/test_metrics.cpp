@@ -23,12 +23,14 @@
 #include "kernels/metric_functors.hpp"
 #include "metrics/updates.hpp"
 
+#include "metric_update.hpp"
 #include "plugin_helpers.hpp"
 
 namespace metrics = concord::metrics;
 using concord::DType;
 using concord::StatusCode;
 using concord::TensorView;
+using concord::testing::update_metric;
 
 namespace {
 
@@ -1034,14 +1036,14 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     Array scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt64, {n}, t);
     Array cm = zeros_int64({C, C});
     DLTensor dcm = cm.dl(), ds = scores.dl(), dt = target.dl();
-    REQUIRE(concord_metric_confusion_matrix(&dcm, &ds, &dt) == CONCORD_OK);
+    REQUIRE(update_metric("confusion_matrix", &dcm, {&ds, &dt}) == CONCORD_OK);
     CHECK(cm.ints() == ref_confusion(C, s, true, t));
 
-    CHECK(concord_metric_confusion_matrix(&dcm, nullptr, &dt) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("confusion_matrix", &dcm, {nullptr, &dt}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "confusion_matrix: preds tensor is NULL");
     std::int64_t strides[2] = {1, n};
     ds.strides = strides;
-    CHECK(concord_metric_confusion_matrix(&dcm, &ds, &dt) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("confusion_matrix", &dcm, {&ds, &dt}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) ==
           "confusion_matrix: preds tensor is not contiguous (dim 1 has stride 1000, expected 1); "
           "pass a C-contiguous array");
@@ -1049,11 +1051,11 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     dcm.device = {kDLCUDA, 0};
     ds.device = dt.device = dcm.device;
     if (!concord::testing::cuda_kernels_run_here()) {
-      CHECK(concord_metric_confusion_matrix(&dcm, &ds, &dt) == CONCORD_ERR_UNAVAILABLE);
+      CHECK(update_metric("confusion_matrix", &dcm, {&ds, &dt}) == CONCORD_ERR_UNAVAILABLE);
       CHECK(std::string(concord_last_error()).rfind("confusion_matrix: ", 0) == 0);
     }
     dt.device = {kDLCPU, 0};
-    CHECK(concord_metric_confusion_matrix(&dcm, &ds, &dt) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("confusion_matrix", &dcm, {&ds, &dt}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) ==
           "confusion_matrix: target is on cpu but confusion is on cuda:0; pass tensors on one "
           "device");
@@ -1066,9 +1068,9 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     Array preds = make(DType::kFloat16, {n}, p), target = make(DType::kUInt8, {n}, t);
     Array cm = zeros_int64({2, 2});
     DLTensor dcm = cm.dl(), dp = preds.dl(), dt = target.dl();
-    REQUIRE(concord_metric_binary_confusion(&dcm, &dp, &dt, 0.75) == CONCORD_OK);
+    REQUIRE(update_metric("binary_confusion", &dcm, {&dp, &dt}, 0.75) == CONCORD_OK);
     CHECK(cm.ints() == ref_binary(p, true, t, 0.75));
-    CHECK(concord_metric_binary_confusion(nullptr, &dp, &dt, 0.5) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("binary_confusion", nullptr, {&dp, &dt}, 0.5) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "binary_confusion: confusion tensor is NULL");
   }
 
@@ -1078,12 +1080,12 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     Array preds = make(DType::kBFloat16, {n, C}, p), target = make(DType::kInt8, {n, C}, t);
     Array counts = zeros_int64({C, 4});
     DLTensor dc = counts.dl(), dp = preds.dl(), dt = target.dl();
-    REQUIRE(concord_metric_multilabel_counts(&dc, &dp, &dt, 0.5) == CONCORD_OK);
+    REQUIRE(update_metric("multilabel_counts", &dc, {&dp, &dt}, 0.5) == CONCORD_OK);
     CHECK(counts.ints() == ref_multilabel(C, p, true, t, 0.5));
     DLTensor short_target = dt;
     std::int64_t shape[2] = {n - 1, C};
     short_target.shape = shape;
-    CHECK(concord_metric_multilabel_counts(&dc, &dp, &short_target, 0.5) ==
+    CHECK(update_metric("multilabel_counts", &dc, {&dp, &short_target}, 0.5) ==
           CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) ==
           "multilabel_counts: target has shape (999, 3), expected (1000, 3) to match preds");
@@ -1095,9 +1097,9 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     Array scores = make(DType::kFloat64, {n, C}, s), target = make(DType::kInt32, {n}, t);
     Array counts = zeros_int64({2});
     DLTensor dc = counts.dl(), ds = scores.dl(), dt = target.dl();
-    REQUIRE(concord_metric_topk_correct(&dc, &ds, &dt, 2) == CONCORD_OK);
+    REQUIRE(update_metric("topk_correct", &dc, {&ds, &dt}, 0.5, 2) == CONCORD_OK);
     CHECK(counts.ints() == ref_topk(C, s, t, 2));
-    CHECK(concord_metric_topk_correct(&dc, &ds, &dt, 5) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("topk_correct", &dc, {&ds, &dt}, 0.5, 5) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) ==
           "topk_correct: k is 5, expected 1 <= k <= 3 (the number of classes)");
   }
@@ -1108,11 +1110,11 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     Array scores = make(DType::kFloat32, {n}, s), target = make(DType::kInt64, {n}, t);
     Array h = zeros_int64({2, 16});
     DLTensor dh = h.dl(), ds = scores.dl(), dt = target.dl();
-    REQUIRE(concord_metric_binary_histogram(&dh, &ds, &dt) == CONCORD_OK);
+    REQUIRE(update_metric("binary_histogram", &dh, {&ds, &dt}) == CONCORD_OK);
     CHECK(h.ints() == ref_histogram(16, s, t));
     DLTensor wrong = dh;
     wrong.dtype = {kDLFloat, 64, 1};
-    CHECK(concord_metric_binary_histogram(&wrong, &ds, &dt) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("binary_histogram", &wrong, {&ds, &dt}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) ==
           "binary_histogram: histogram has dtype float64, expected int64");
   }
@@ -1123,20 +1125,20 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     Array weights = make(DType::kUInt8, {3}, {2, 1, 0});
     Array state = float64_state({0, 0});
     DLTensor ds = state.dl(), dc = clean.dl(), dw = weights.dl();
-    REQUIRE(concord_metric_weighted_sum(&ds, &dc, &dw) == CONCORD_OK);
+    REQUIRE(update_metric("weighted_sum", &ds, {&dc, &dw}) == CONCORD_OK);
     CHECK(state.doubles() == std::vector<double>{0, 3});
-    REQUIRE(concord_metric_weighted_sum(&ds, &dc, nullptr) == CONCORD_OK);
+    REQUIRE(update_metric("weighted_sum", &ds, {&dc, nullptr}) == CONCORD_OK);
     CHECK(state.doubles() == std::vector<double>{4, 6});
 
     Array hi = float64_state({-kNaN}), lo = float64_state({-kNaN});
     DLTensor dhi = hi.dl(), dlo = lo.dl(), dv = values.dl();
-    REQUIRE(concord_metric_max(&dhi, &dv) == CONCORD_OK);
-    REQUIRE(concord_metric_min(&dlo, &dv) == CONCORD_OK);
+    REQUIRE(update_metric("max", &dhi, {&dv}) == CONCORD_OK);
+    REQUIRE(update_metric("min", &dlo, {&dv}) == CONCORD_OK);
     CHECK(hi.doubles()[0] == 5);
     CHECK(lo.doubles()[0] == -2);
-    CHECK(concord_metric_max(&dhi, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("max", &dhi, {nullptr}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "max: values tensor is NULL");
-    CHECK(concord_metric_min(&dv, &dv) == CONCORD_ERR_INVALID_ARGUMENT);
+    CHECK(update_metric("min", &dv, {&dv}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "min: state has dtype float32, expected float64");
   }
 }

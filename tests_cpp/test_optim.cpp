@@ -20,6 +20,7 @@
 #include "kernels/optim_step.hpp"
 
 #include "host_tensor.hpp"
+#include "metric_update.hpp"
 #include "plugin_helpers.hpp"
 #include "status_helpers.hpp"
 
@@ -27,6 +28,7 @@ using namespace concord;
 using concord::testing::contains;
 using concord::testing::cuda_kernels_run_here;
 using concord::testing::status_of;
+using concord::testing::update_metric;
 
 namespace {
 
@@ -401,7 +403,7 @@ TEST_CASE("C ABI: sgd and adamw steps match the references", "[optim][cabi]") {
       ref.step(t, ref_p[k], grads[k].values(), ref_m[k], ref_v[k]);
     }
     adamw.step = t;
-    REQUIRE(concord_adamw_step(&adamw, pp.size(), pp.data(), gp.data(), mp.data(), vp.data()) ==
+    REQUIRE(concord_optim_adamw_step(&adamw, pp.size(), pp.data(), gp.data(), mp.data(), vp.data(), nullptr) ==
             CONCORD_OK);
   }
   for (std::size_t k = 0; k < params.size(); ++k)
@@ -420,7 +422,7 @@ TEST_CASE("C ABI: sgd and adamw steps match the references", "[optim][cabi]") {
       ref_sgd.step(t, ref_p[k], grads[k].values(), ref_m[k]);
     }
     sgd.step = t;
-    REQUIRE(concord_sgd_step(&sgd, pp.size(), pp.data(), gp.data(), mp.data()) == CONCORD_OK);
+    REQUIRE(concord_optim_sgd_step(&sgd, pp.size(), pp.data(), gp.data(), mp.data(), nullptr) == CONCORD_OK);
   }
   for (std::size_t k = 0; k < params.size(); ++k) {
     CHECK(compare(params[k].values(), ref_p[k], 1e-6, "param") == "");
@@ -428,13 +430,13 @@ TEST_CASE("C ABI: sgd and adamw steps match the references", "[optim][cabi]") {
   }
 
   double norm_sq = -1;
-  REQUIRE(concord_sum_of_squares(gp.size(), gp.data(), &norm_sq) == CONCORD_OK);
+  REQUIRE(concord_tensors_sum_of_squares(gp.size(), gp.data(), &norm_sq, nullptr) == CONCORD_OK);
   double want = 0;
   for (auto& g : grads)
     for (double x : g.values()) want += x * x;
   CHECK(norm_sq == Approx(want).epsilon(1e-13));
-  REQUIRE(concord_scale(gp.size(), gp.data(), 0.5) == CONCORD_OK);
-  REQUIRE(concord_sum_of_squares(gp.size(), gp.data(), &norm_sq) == CONCORD_OK);
+  REQUIRE(concord_tensors_scale(gp.size(), gp.data(), 0.5, nullptr) == CONCORD_OK);
+  REQUIRE(concord_tensors_sum_of_squares(gp.size(), gp.data(), &norm_sq, nullptr) == CONCORD_OK);
   CHECK(norm_sq == Approx(want / 4).epsilon(1e-13));
 }
 
@@ -448,52 +450,52 @@ TEST_CASE("C ABI: optimizer arguments are checked with specific messages", "[opt
   auto last = [] { return std::string(concord_last_error()); };
 
   concord_sgd_options sgd = CONCORD_SGD_OPTIONS_INIT;
-  CHECK(concord_sgd_step(nullptr, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(nullptr, 1, params, grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() ==
         "options is NULL; pass a concord_sgd_options set up with CONCORD_SGD_OPTIONS_INIT");
-  sgd.struct_size = 8;
-  CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
-  CHECK(contains(last(), "options->struct_size is 8; set it to sizeof(concord_sgd_options)"));
+  sgd.struct_size = 4;  // not even struct_size itself
+  CHECK(concord_optim_sgd_step(&sgd, 1, params, grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "options->struct_size is 4; expected sizeof(concord_sgd_options)"));
   sgd.struct_size = sizeof sgd;
-  CHECK(concord_sgd_step(&sgd, 1, nullptr, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(&sgd, 1, nullptr, grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "params is NULL but num_tensors is 1");
-  CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(&sgd, 1, params, grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "sgd_step: grads[0] has shape (3, 2) but params[0] has shape (2, 3)");
   g.shape = {2, 3};
   gd = g.dl();
   sgd.momentum = 0.9;
-  CHECK(concord_sgd_step(&sgd, 1, params, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(&sgd, 1, params, grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "momentum_buffers is NULL but momentum is 0.9; pass one buffer per parameter "
                   "(NULL only when momentum == 0)");
   sgd.momentum = -0.5;
-  CHECK(concord_sgd_step(&sgd, 1, params, grads, bufs) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(&sgd, 1, params, grads, bufs, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "sgd_step: momentum must be finite and >= 0, got -0.5");
   const DLTensor* null_grads[] = {nullptr};
   sgd.momentum = 0;
-  CHECK(concord_sgd_step(&sgd, 1, params, null_grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(&sgd, 1, params, null_grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "grads[0] tensor is NULL");
   CHECK(p.values() == std::vector<double>(6, 1.0));
-  CHECK(concord_sgd_step(&sgd, 0, nullptr, nullptr, nullptr) == CONCORD_OK);
+  CHECK(concord_optim_sgd_step(&sgd, 0, nullptr, nullptr, nullptr, nullptr) == CONCORD_OK);
 
   concord_adamw_options adamw = CONCORD_ADAMW_OPTIONS_INIT;
   adamw.beta2 = 1.5;
-  CHECK(concord_adamw_step(&adamw, 1, params, grads, bufs, bufs) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_adamw_step(&adamw, 1, params, grads, bufs, bufs, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "adamw_step: beta2 must be in [0, 1), got 1.5");
   adamw.beta2 = 0.999;
-  CHECK(concord_adamw_step(&adamw, 1, params, grads, bufs, bufs) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_adamw_step(&adamw, 1, params, grads, bufs, bufs, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "adamw_step: exp_avg[0] and exp_avg_sq[0] share memory; every state needs its "
                   "own buffer");
-  CHECK(concord_adamw_step(&adamw, 1, params, grads, nullptr, bufs) ==
+  CHECK(concord_optim_adamw_step(&adamw, 1, params, grads, nullptr, bufs, nullptr) ==
         CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "exp_avg is NULL but num_tensors is 1");
   CHECK(p.values() == std::vector<double>(6, 1.0));
 
-  CHECK(concord_sum_of_squares(1, grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_sum_of_squares(1, grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "output pointer result is NULL");
   HostTensor ints(DType::kInt32, {4});
   DLTensor id = ints.dl();
   DLTensor* int_list[] = {&id};
-  CHECK(concord_scale(1, int_list, 2.0) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_scale(1, int_list, 2.0, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(contains(last(), "scale: tensor 0 is int32"));
 }
 
@@ -665,26 +667,26 @@ TEST_CASE("C ABI: sum_of_squares_into and clip_by_sum_of_squares", "[optim][cabi
   HostTensor result(DType::kFloat64, {1});
   DLTensor rd = result.dl();
   const double sum = ref_sum_of_squares(grads);
-  REQUIRE(concord_sum_of_squares_into(ptrs.size(), ptrs.data(), &rd) == CONCORD_OK);
+  REQUIRE(concord_tensors_sum_of_squares_into(ptrs.size(), ptrs.data(), &rd, nullptr) == CONCORD_OK);
   CHECK(result.get(0) == Approx(sum).epsilon(1e-13));
 
   const double max_norm = 0.25 * std::sqrt(sum);
-  REQUIRE(concord_clip_by_sum_of_squares(ptrs.size(), ptrs.data(), &rd, max_norm) == CONCORD_OK);
+  REQUIRE(concord_tensors_clip_by_sum_of_squares(ptrs.size(), ptrs.data(), &rd, max_norm, nullptr) == CONCORD_OK);
   double after = -1;
-  REQUIRE(concord_sum_of_squares(ptrs.size(), ptrs.data(), &after) == CONCORD_OK);
+  REQUIRE(concord_tensors_sum_of_squares(ptrs.size(), ptrs.data(), &after, nullptr) == CONCORD_OK);
   const double factor = ref_clip_factor(sum, max_norm);
   CHECK(after == Approx(sum * factor * factor).epsilon(1e-6));
 
   auto last = [] { return std::string(concord_last_error()); };
-  CHECK(concord_sum_of_squares_into(ptrs.size(), ptrs.data(), nullptr) ==
+  CHECK(concord_tensors_sum_of_squares_into(ptrs.size(), ptrs.data(), nullptr, nullptr) ==
         CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "result tensor is NULL");
-  CHECK(concord_clip_by_sum_of_squares(ptrs.size(), ptrs.data(), nullptr, 1.0) ==
+  CHECK(concord_tensors_clip_by_sum_of_squares(ptrs.size(), ptrs.data(), nullptr, 1.0, nullptr) ==
         CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "sum_of_squares tensor is NULL");
-  CHECK(concord_clip_by_sum_of_squares(1, nullptr, &rd, 1.0) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_clip_by_sum_of_squares(1, nullptr, &rd, 1.0, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "tensors is NULL but num_tensors is 1");
-  CHECK(concord_clip_by_sum_of_squares(0, nullptr, &rd, 1.0) == CONCORD_OK);
+  CHECK(concord_tensors_clip_by_sum_of_squares(0, nullptr, &rd, 1.0, nullptr) == CONCORD_OK);
 }
 
 TEST_CASE("C ABI: kernel calls take tensors on one device; CUDA ones need the plugin",
@@ -702,23 +704,23 @@ TEST_CASE("C ABI: kernel calls take tensors on one device; CUDA ones need the pl
   auto last = [] { return std::string(concord_last_error()); };
 
   DLTensor* mixed[] = {&ad, &bd};
-  CHECK(concord_scale(2, mixed, 2.0) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_scale(2, mixed, 2.0, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "scale: tensor 1 is on cuda:0 but tensor 0 is on cpu; pass tensors on one "
                   "device");
   double sum = 0;
-  CHECK(concord_sum_of_squares(2, mixed, &sum) == CONCORD_ERR_INVALID_ARGUMENT);
-  CHECK(concord_clip_by_sum_of_squares(2, mixed, &sd, 0.1) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_sum_of_squares(2, mixed, &sum, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_clip_by_sum_of_squares(2, mixed, &sd, 0.1, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   DLTensor* cpu_only[] = {&ad};
-  CHECK(concord_sum_of_squares_into(1, cpu_only, &gpu_sd) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_sum_of_squares_into(1, cpu_only, &gpu_sd, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "sum_of_squares_into: result is on cuda:0 but tensor 0 is on cpu; pass tensors "
                   "on one device");
-  CHECK(concord_clip_by_sum_of_squares(1, cpu_only, &gpu_sd, 0.1) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_tensors_clip_by_sum_of_squares(1, cpu_only, &gpu_sd, 0.1, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   const DLTensor* gpu_grads[] = {&bd};
   concord_sgd_options sgd = CONCORD_SGD_OPTIONS_INIT;
-  CHECK(concord_sgd_step(&sgd, 1, cpu_only, gpu_grads, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(concord_optim_sgd_step(&sgd, 1, cpu_only, gpu_grads, nullptr, nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "sgd_step: grads[0] is float32 with 4 elements on cuda:0 but params[0] is "
                   "float32 with 4 elements on cpu");
-  CHECK(concord_metric_max(&sd, &bd) == CONCORD_ERR_INVALID_ARGUMENT);
+  CHECK(update_metric("max", &sd, {&bd}) == CONCORD_ERR_INVALID_ARGUMENT);
   CHECK(last() == "max: values is on cuda:0 but state is on cpu; pass tensors on one device");
   CHECK(a.values() == a_before);
   CHECK(s.get(0) == 1.0);
@@ -727,14 +729,14 @@ TEST_CASE("C ABI: kernel calls take tensors on one device; CUDA ones need the pl
   if (cuda_kernels_run_here()) return;  // the fake pointers below would reach the GPU
   DLTensor* gpu_only[] = {&bd};
   const DLTensor* gpu_const[] = {&bd};
-  CHECK(concord_scale(1, gpu_only, 2.0) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_tensors_scale(1, gpu_only, 2.0, nullptr) == CONCORD_ERR_UNAVAILABLE);
   CHECK(last().rfind("scale: ", 0) == 0);
-  CHECK(concord_sum_of_squares(1, gpu_const, &sum) == CONCORD_ERR_UNAVAILABLE);
-  CHECK(concord_sum_of_squares_into(1, gpu_const, &gpu_sd) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_tensors_sum_of_squares(1, gpu_const, &sum, nullptr) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_tensors_sum_of_squares_into(1, gpu_const, &gpu_sd, nullptr) == CONCORD_ERR_UNAVAILABLE);
   CHECK(last().rfind("sum_of_squares_into: ", 0) == 0);
-  CHECK(concord_clip_by_sum_of_squares(1, gpu_only, &gpu_sd, 0.1) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_tensors_clip_by_sum_of_squares(1, gpu_only, &gpu_sd, 0.1, nullptr) == CONCORD_ERR_UNAVAILABLE);
   const DLTensor* gpu_grads2[] = {&cd};
-  CHECK(concord_sgd_step(&sgd, 1, gpu_only, gpu_grads2, nullptr) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_optim_sgd_step(&sgd, 1, gpu_only, gpu_grads2, nullptr, nullptr) == CONCORD_ERR_UNAVAILABLE);
   CHECK(last().rfind("sgd_step: ", 0) == 0);
   concord_adamw_options adamw = CONCORD_ADAMW_OPTIONS_INIT;
   HostTensor m(DType::kFloat32, {4}), v(DType::kFloat32, {4});
@@ -742,30 +744,24 @@ TEST_CASE("C ABI: kernel calls take tensors on one device; CUDA ones need the pl
   md.device = vd.device = bd.device;
   DLTensor* ms[] = {&md};
   DLTensor* vs[] = {&vd};
-  CHECK(concord_adamw_step(&adamw, 1, gpu_only, gpu_grads2, ms, vs) == CONCORD_ERR_UNAVAILABLE);
-  CHECK(concord_metric_max(&gpu_sd, &bd) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(concord_optim_adamw_step(&adamw, 1, gpu_only, gpu_grads2, ms, vs, nullptr) == CONCORD_ERR_UNAVAILABLE);
+  CHECK(update_metric("max", &gpu_sd, {&bd}) == CONCORD_ERR_UNAVAILABLE);
   CHECK(last().rfind("max: ", 0) == 0);
 }
 
-TEST_CASE("C ABI: the kernel stream belongs to the calling thread", "[cabi]") {
-  void* stream = reinterpret_cast<void*>(1);
-  REQUIRE(concord_get_stream(&stream) == CONCORD_OK);
-  CHECK(stream == nullptr);  // the legacy default stream until set
-  void* mine = reinterpret_cast<void*>(0x1234);
-  REQUIRE(concord_set_stream(mine) == CONCORD_OK);
-  REQUIRE(concord_get_stream(&stream) == CONCORD_OK);
-  CHECK(stream == mine);
-  void* other = mine;
-  std::thread([&] { concord_get_stream(&other); }).join();
-  CHECK(other == nullptr);
-  // CPU tensors ignore it.
+TEST_CASE("C ABI: kernel calls take their stream as an argument; CPU tensors ignore it",
+          "[cabi]") {
+  // There used to be a thread-local stream (concord_set_stream); the stream
+  // is now an argument of every call that may run on a device.
   HostTensor t(DType::kFloat64, {3});
   for (std::size_t i = 0; i < 3; ++i) t.set(i, 1.0 + i);
   DLTensor td = t.dl();
   DLTensor* list[] = {&td};
-  REQUIRE(concord_scale(1, list, 2.0) == CONCORD_OK);
+  void* not_a_stream = reinterpret_cast<void*>(0x1234);
+  REQUIRE(concord_tensors_scale(1, list, 2.0, not_a_stream) == CONCORD_OK);
   CHECK(t.values() == std::vector<double>{2.0, 4.0, 6.0});
-  REQUIRE(concord_set_stream(nullptr) == CONCORD_OK);
-  CHECK(concord_get_stream(nullptr) == CONCORD_ERR_INVALID_ARGUMENT);
-  CHECK(std::string(concord_last_error()) == "output pointer stream is NULL");
+  double sum = 0;
+  const DLTensor* const_list[] = {&td};
+  REQUIRE(concord_tensors_sum_of_squares(1, const_list, &sum, not_a_stream) == CONCORD_OK);
+  CHECK(sum == 4.0 + 16.0 + 36.0);
 }

@@ -67,8 +67,8 @@ static int all_reduce_and_verify(concord_comm_t comm, int64_t count) {
   int64_t shape[1] = {count};
   DLTensor tensor = float_vector(values, shape);
   /* Same tensor as send and recv: in place. Blocking: no work handle. */
-  int ok = check(concord_all_reduce(comm, &tensor, &tensor, CONCORD_SUM, NULL, NULL),
-                 "concord_all_reduce");
+  int ok = check(concord_comm_all_reduce(comm, &tensor, &tensor, CONCORD_SUM, NULL, NULL),
+                 "concord_comm_all_reduce");
   if (ok) {
     int64_t bad = first_mismatch(values, count, world_size);
     if (bad >= 0) {

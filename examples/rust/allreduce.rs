@@ -52,7 +52,7 @@ extern "C" {
     fn concord_comm_init_from_env(out: *mut *mut ConcordComm) -> c_int;
     fn concord_comm_rank(comm: *mut ConcordComm, rank: *mut c_int) -> c_int;
     fn concord_comm_size(comm: *mut ConcordComm, size: *mut c_int) -> c_int;
-    fn concord_all_reduce(comm: *mut ConcordComm, send: *const DLTensor, recv: *mut DLTensor,
+    fn concord_comm_all_reduce(comm: *mut ConcordComm, send: *const DLTensor, recv: *mut DLTensor,
                           op: c_int, stream: *mut c_void, work: *mut *mut c_void) -> c_int;
     fn concord_comm_destroy(comm: *mut ConcordComm) -> c_int;
 }
@@ -91,9 +91,9 @@ fn run(count: usize) -> Result<String, String> {
             byte_offset: 0,
         };
         let tensor_ptr: *mut DLTensor = &mut tensor;
-        check(unsafe { concord_all_reduce(comm, tensor_ptr, tensor_ptr, CONCORD_SUM, ptr::null_mut(),
+        check(unsafe { concord_comm_all_reduce(comm, tensor_ptr, tensor_ptr, CONCORD_SUM, ptr::null_mut(),
                                           ptr::null_mut()) },
-              "concord_all_reduce")?;
+              "concord_comm_all_reduce")?;
         let ranks_sum = (size * (size + 1) / 2) as f32;
         if let Some(i) = (0..count).find(|&i| data[i] != ((i % 97) as f32) * ranks_sum) {
             return Err(format!("element {i} is {}, expected {}", data[i], ((i % 97) as f32) * ranks_sum));

@@ -167,16 +167,16 @@ cdef extern from "concord/concord.h" nogil:
     concord_status concord_comm_destroy(concord_comm_t comm)
 
     # collectives
-    concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+    concord_status concord_comm_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                       concord_reduce_op op, void* stream, concord_work_t* work)
-    concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+    concord_status concord_comm_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                       void* stream, concord_work_t* work)
-    concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
+    concord_status concord_comm_reduce_scatter(concord_comm_t comm, const DLTensor* send,
                                           DLTensor* recv, concord_reduce_op op, void* stream,
                                           concord_work_t* work)
-    concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
+    concord_status concord_comm_broadcast(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
                                      int root, void* stream, concord_work_t* work)
-    concord_status concord_barrier(concord_comm_t comm, concord_work_t* work)
+    concord_status concord_comm_barrier(concord_comm_t comm, concord_work_t* work)
 
     # asynchronous work
     concord_status concord_work_wait(concord_work_t work, double timeout_s)
@@ -184,7 +184,7 @@ cdef extern from "concord/concord.h" nogil:
     concord_status concord_work_destroy(concord_work_t work)
 
     # multi-tensor collectives
-    concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor** tensors,
+    concord_status concord_comm_all_reduce_multi(concord_comm_t comm, DLTensor** tensors,
                                             size_t num_tensors, concord_reduce_op op,
                                             void* stream, concord_work_t* work)
 
@@ -213,8 +213,8 @@ cdef extern from "concord/concord.h" nogil:
     concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync, size_t index,
                                                size_t* bucket)
     concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
-                                                DLTensor* grad)
-    concord_status concord_grad_sync_wait(concord_grad_sync_t sync)
+                                                DLTensor* grad, void* stream)
+    concord_status concord_grad_sync_wait(concord_grad_sync_t sync, void* stream)
     concord_status concord_grad_sync_destroy(concord_grad_sync_t sync)
 
     # data parallel: fused optimizers
@@ -226,9 +226,9 @@ cdef extern from "concord/concord.h" nogil:
         int nesterov
         int64_t step
 
-    concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
-                                    DLTensor** params, const DLTensor** grads,
-                                    DLTensor** momentum_buffers)
+    concord_status concord_optim_sgd_step(const concord_sgd_options* options, size_t num_tensors,
+                                          DLTensor** params, const DLTensor** grads,
+                                          DLTensor** momentum_buffers, void* stream)
 
     ctypedef struct concord_adamw_options:
         size_t struct_size
@@ -239,33 +239,27 @@ cdef extern from "concord/concord.h" nogil:
         double weight_decay
         int64_t step
 
-    concord_status concord_adamw_step(const concord_adamw_options* options, size_t num_tensors,
-                                      DLTensor** params, const DLTensor** grads,
-                                      DLTensor** exp_avg, DLTensor** exp_avg_sq)
-    concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor** tensors,
-                                          double* result)
-    concord_status concord_sum_of_squares_into(size_t num_tensors, const DLTensor** tensors,
-                                               DLTensor* result)
-    concord_status concord_scale(size_t num_tensors, DLTensor** tensors, double scale)
-    concord_status concord_clip_by_sum_of_squares(size_t num_tensors, DLTensor** tensors,
-                                                  const DLTensor* sum_of_squares, double max_norm)
-
-    # the calling thread's CUDA stream for kernel calls
-    concord_status concord_set_stream(void* stream)
-    concord_status concord_get_stream(void** stream)
+    concord_status concord_optim_adamw_step(const concord_adamw_options* options,
+                                            size_t num_tensors, DLTensor** params,
+                                            const DLTensor** grads, DLTensor** exp_avg,
+                                            DLTensor** exp_avg_sq, void* stream)
+    concord_status concord_tensors_sum_of_squares(size_t num_tensors, const DLTensor** tensors,
+                                                  double* result, void* stream)
+    concord_status concord_tensors_sum_of_squares_into(size_t num_tensors,
+                                                       const DLTensor** tensors, DLTensor* result,
+                                                       void* stream)
+    concord_status concord_tensors_scale(size_t num_tensors, DLTensor** tensors, double scale,
+                                         void* stream)
+    concord_status concord_tensors_clip_by_sum_of_squares(size_t num_tensors, DLTensor** tensors,
+                                                          const DLTensor* sum_of_squares,
+                                                          double max_norm, void* stream)
 
     # metrics: update kernels
-    concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,
-                                               const DLTensor* weights)
-    concord_status concord_metric_max(DLTensor* state, const DLTensor* values)
-    concord_status concord_metric_min(DLTensor* state, const DLTensor* values)
-    concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTensor* preds,
-                                                   const DLTensor* target)
-    concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
-                                                   const DLTensor* target, double threshold)
-    concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
-                                                    const DLTensor* target, double threshold)
-    concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
-                                               const DLTensor* target, int64_t k)
-    concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
-                                                   const DLTensor* target)
+    ctypedef struct concord_metric_options:
+        size_t struct_size
+        double threshold
+        int64_t k
+
+    concord_status concord_metric_update(const char* kernel, DLTensor* state,
+                                         const DLTensor** inputs, size_t num_inputs,
+                                         const concord_metric_options* options, void* stream)

@@ -669,7 +669,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_all_reduce(handle, &send.dl, &recv.dl, code, <void*>send.stream, work_p)
+            status = concord_comm_all_reduce(handle, &send.dl, &recv.dl, code, <void*>send.stream, work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
@@ -682,7 +682,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_all_gather(handle, &send.dl, &recv.dl, <void*>send.stream, work_p)
+            status = concord_comm_all_gather(handle, &send.dl, &recv.dl, <void*>send.stream, work_p)
         check_status(status)
         if async_op:
             return Work._wrap(work, self, (send, recv), out, finish)
@@ -697,7 +697,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_reduce_scatter(handle, &send.dl, &recv.dl, code, <void*>send.stream, work_p)
+            status = concord_comm_reduce_scatter(handle, &send.dl, &recv.dl, code, <void*>send.stream, work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
 
@@ -710,7 +710,7 @@ cdef class Comm:
         cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_broadcast(handle, &send.dl, &recv.dl, c_root, <void*>send.stream,
+            status = concord_comm_broadcast(handle, &send.dl, &recv.dl, c_root, <void*>send.stream,
                                        work_p)
         check_status(status)
         return Work._wrap(work, self, (send, recv), out, None) if async_op else out
@@ -727,7 +727,7 @@ cdef class Comm:
         cdef concord_status status
         cdef void* stream = _list_stream(tensors)
         with nogil:
-            status = concord_all_reduce_multi(handle, tensors.ptrs, tensors.count, code, stream,
+            status = concord_comm_all_reduce_multi(handle, tensors.ptrs, tensors.count, code, stream,
                                               work_p)
         check_status(status)
         return Work._wrap(work, self, (tensors,), arrays, None) if async_op else arrays
@@ -736,7 +736,7 @@ cdef class Comm:
         cdef concord_comm_t handle = self._checked()
         cdef concord_status status
         with nogil:
-            status = concord_barrier(handle, NULL)
+            status = concord_comm_barrier(handle, NULL)
         check_status(status)
 
 
@@ -900,8 +900,7 @@ cdef class GradSync:
         cdef _Tensor t = _import_state(grad, "grad")
         cdef concord_status status
         with nogil:
-            concord_set_stream(<void*>t.stream)
-            status = concord_grad_sync_mark_ready(handle, index, &t.dl)
+            status = concord_grad_sync_mark_ready(handle, index, &t.dl, <void*>t.stream)
         check_status(status)
         self.marked[index] = t
 
@@ -914,8 +913,7 @@ cdef class GradSync:
             first = next(iter(self.marked.values()))
             stream = <void*>first.stream
         with nogil:
-            concord_set_stream(stream)
-            status = concord_grad_sync_wait(handle)
+            status = concord_grad_sync_wait(handle, stream)
         self.marked = {}
         check_status(status)
 
@@ -956,8 +954,8 @@ def sgd_step(params, grads, momentum_buffers, double lr, double momentum, double
     options.step = step
     cdef void* stream = _list_stream(p)
     with nogil:
-        concord_set_stream(stream)
-        status = concord_sgd_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs, b_ptrs)
+        status = concord_optim_sgd_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs, b_ptrs,
+                                        stream)
     check_status(status)
 
 
@@ -983,9 +981,8 @@ def adamw_step(params, grads, exp_avg, exp_avg_sq, double lr, double beta1, doub
     options.step = step
     cdef void* stream = _list_stream(p)
     with nogil:
-        concord_set_stream(stream)
-        status = concord_adamw_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs,
-                                    m.ptrs, v.ptrs)
+        status = concord_optim_adamw_step(&options, p.count, p.ptrs, <const DLTensor**>g.ptrs,
+                                    m.ptrs, v.ptrs, stream)
     check_status(status)
 
 
@@ -996,8 +993,7 @@ def sum_of_squares(arrays):
     cdef concord_status status
     cdef void* stream = _list_stream(t)
     with nogil:
-        concord_set_stream(stream)
-        status = concord_sum_of_squares(t.count, <const DLTensor**>t.ptrs, &result)
+        status = concord_tensors_sum_of_squares(t.count, <const DLTensor**>t.ptrs, &result, stream)
     check_status(status)
     return result
 
@@ -1010,8 +1006,8 @@ def sum_of_squares_into(arrays, result):
     cdef _Tensor r = _import_state(result, "result")
     cdef concord_status status
     with nogil:
-        concord_set_stream(<void*>r.stream)
-        status = concord_sum_of_squares_into(t.count, <const DLTensor**>t.ptrs, &r.dl)
+        status = concord_tensors_sum_of_squares_into(t.count, <const DLTensor**>t.ptrs, &r.dl,
+                                                     <void*>r.stream)
     check_status(status)
 
 
@@ -1022,8 +1018,8 @@ def clip_by_sum_of_squares(arrays, sum_of_squares, double max_norm):
     cdef _Tensor s = _import(sum_of_squares, "sum_of_squares")
     cdef concord_status status
     with nogil:
-        concord_set_stream(<void*>s.stream)
-        status = concord_clip_by_sum_of_squares(t.count, t.ptrs, &s.dl, max_norm)
+        status = concord_tensors_clip_by_sum_of_squares(t.count, t.ptrs, &s.dl, max_norm,
+                                                        <void*>s.stream)
     check_status(status)
 
 
@@ -1033,96 +1029,36 @@ def scale(arrays, double factor):
     cdef concord_status status
     cdef void* stream = _list_stream(t)
     with nogil:
-        concord_set_stream(stream)
-        status = concord_scale(t.count, t.ptrs, factor)
+        status = concord_tensors_scale(t.count, t.ptrs, factor, stream)
     check_status(status)
 
 
 # ---- metric updates --------------------------------------------------------------
-# Each updates a caller-owned state array in place; no communication.
 
-def metric_weighted_sum(state, values, weights):
+def metric_update(kernel, state, inputs, double threshold, int64_t k):
+    """Runs the C update kernel named `kernel` ("confusion_matrix", ...) on
+    a caller-owned state array, in place, with `inputs` (None entries are
+    optional inputs left out); no communication. On CUDA arrays it is
+    enqueued on the state's stream."""
+    cdef bytes kernel_c = _c_string(kernel, "kernel")
+    cdef const char* kernel_p = kernel_c
     cdef _Tensor s = _import_state(state, "state")
-    cdef _Tensor v = _import(values, "values")
-    cdef _Tensor w = None if weights is None else _import(weights, "weights")
-    cdef const DLTensor* w_p = NULL if w is None else &w.dl
+    cdef list imported = [None if x is None else _import(x, f"{kernel} input {i}")
+                          for i, x in enumerate(inputs)]
+    cdef const DLTensor* ptrs[4]
+    cdef size_t n = len(imported)
+    cdef size_t i
+    cdef _Tensor t
+    cdef concord_metric_options options
     cdef concord_status status
+    if n > 4:
+        raise _invalid(f"{kernel}: {n} inputs given, at most 4 are passed")
+    for i in range(n):
+        t = imported[i]
+        ptrs[i] = NULL if t is None else &t.dl
+    options.struct_size = sizeof(concord_metric_options)
+    options.threshold = threshold
+    options.k = k
     with nogil:
-        concord_set_stream(<void*>s.stream)
-        status = concord_metric_weighted_sum(&s.dl, &v.dl, w_p)
-    check_status(status)
-
-
-def metric_max(state, values):
-    cdef _Tensor s = _import_state(state, "state")
-    cdef _Tensor v = _import(values, "values")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>s.stream)
-        status = concord_metric_max(&s.dl, &v.dl)
-    check_status(status)
-
-
-def metric_min(state, values):
-    cdef _Tensor s = _import_state(state, "state")
-    cdef _Tensor v = _import(values, "values")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>s.stream)
-        status = concord_metric_min(&s.dl, &v.dl)
-    check_status(status)
-
-
-def metric_confusion_matrix(confusion, preds, target):
-    cdef _Tensor c = _import_state(confusion, "confusion")
-    cdef _Tensor p = _import(preds, "preds")
-    cdef _Tensor t = _import(target, "target")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>c.stream)
-        status = concord_metric_confusion_matrix(&c.dl, &p.dl, &t.dl)
-    check_status(status)
-
-
-def metric_binary_confusion(confusion, preds, target, double threshold):
-    cdef _Tensor c = _import_state(confusion, "confusion")
-    cdef _Tensor p = _import(preds, "preds")
-    cdef _Tensor t = _import(target, "target")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>c.stream)
-        status = concord_metric_binary_confusion(&c.dl, &p.dl, &t.dl, threshold)
-    check_status(status)
-
-
-def metric_multilabel_counts(counts, preds, target, double threshold):
-    cdef _Tensor c = _import_state(counts, "counts")
-    cdef _Tensor p = _import(preds, "preds")
-    cdef _Tensor t = _import(target, "target")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>c.stream)
-        status = concord_metric_multilabel_counts(&c.dl, &p.dl, &t.dl, threshold)
-    check_status(status)
-
-
-def metric_topk_correct(counts, preds, target, int64_t k):
-    cdef _Tensor c = _import_state(counts, "counts")
-    cdef _Tensor p = _import(preds, "preds")
-    cdef _Tensor t = _import(target, "target")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>c.stream)
-        status = concord_metric_topk_correct(&c.dl, &p.dl, &t.dl, k)
-    check_status(status)
-
-
-def metric_binary_histogram(histogram, scores, target):
-    cdef _Tensor h = _import_state(histogram, "histogram")
-    cdef _Tensor p = _import(scores, "scores")
-    cdef _Tensor t = _import(target, "target")
-    cdef concord_status status
-    with nogil:
-        concord_set_stream(<void*>h.stream)
-        status = concord_metric_binary_histogram(&h.dl, &p.dl, &t.dl)
+        status = concord_metric_update(kernel_p, &s.dl, ptrs, n, &options, <void*>s.stream)
     check_status(status)

@@ -3,17 +3,28 @@
  * language. Plain C99.
  *
  * Conventions
+ *  - Names are concord_<object>_<verb>: the object is a handle (store,
+ *    store_server, comm, work, grad_sync) or a family of stateless calls
+ *    (optim, tensors, metric, interrupt); library-wide queries are
+ *    concord_<noun> (concord_version, concord_build_info, concord_last_error).
  *  - Every function returns a concord_status; CONCORD_OK is 0.
  *    concord_status_string() gives static text for a status and
  *    concord_last_error() the calling thread's detailed message for the
  *    last failure.
  *  - Handles are opaque; every destroy function accepts NULL.
- *  - Options structs start with struct_size and come with an _INIT macro;
- *    fields are only ever appended.
+ *  - Options structs start with struct_size and come with an _INIT macro.
+ *    Fields are only ever appended, each starting at or beyond the size of
+ *    the struct before it was added, so a caller built against an older
+ *    header passes its smaller struct_size and the library fills the fields
+ *    it does not know from the _INIT defaults. A struct_size larger than
+ *    this library's struct is refused.
+ *  - Every call that may run on a CUDA device takes the stream to enqueue
+ *    on (a cudaStream_t; NULL is the legacy default stream; ignored for CPU
+ *    tensors).
  *  - Collectives take a send and a recv DLTensor (the same pointer for in
- *    place), a stream (NULL on CPU) and an optional out-work: NULL blocks
- *    until done, otherwise *work receives a handle to wait on. Collectives on
- *    one communicator complete in the order they were issued.
+ *    place), a stream and an optional out-work: NULL blocks until done,
+ *    otherwise *work receives a handle to wait on. Collectives on one
+ *    communicator complete in the order they were issued.
  */
 #ifndef CONCORD_CONCORD_H_
 #define CONCORD_CONCORD_H_
@@ -76,7 +87,7 @@ CONCORD_API const char* concord_last_error(void);
  * way aborts its communicator, so its peers fail at once. A language whose
  * signal handlers only set a flag (Python) checks that flag here. */
 typedef int (*concord_interrupt_check)(void* user);
-CONCORD_API concord_status concord_set_interrupt_check(concord_interrupt_check check, void* user);
+CONCORD_API concord_status concord_interrupt_set_check(concord_interrupt_check check, void* user);
 
 /* ---- reduction operators ---------------------------------------------- */
 
@@ -134,7 +145,7 @@ typedef struct concord_comm_options {
   int master_port;         /* 0: from the environment */
   const char* token;       /* NULL: CONCORD_JOB_TOKEN */
   double timeout_s;        /* <= 0: CONCORD_TIMEOUT or 600 */
-  const char* backend;     /* NULL or "auto": by device; "shm" for CPU */
+  const char* backend;     /* NULL or "auto": by device; "shm", "gloo", "nccl" */
 } concord_comm_options;
 
 #define CONCORD_COMM_OPTIONS_INIT \
@@ -169,23 +180,23 @@ CONCORD_API concord_status concord_comm_destroy(concord_comm_t comm);
 /* ---- collectives -------------------------------------------------------- */
 
 /* recv = op over ranks of send; same dtype and element count. */
-CONCORD_API concord_status concord_all_reduce(concord_comm_t comm, const DLTensor* send,
+CONCORD_API concord_status concord_comm_all_reduce(concord_comm_t comm, const DLTensor* send,
                                               DLTensor* recv, concord_reduce_op op,
                                               void* stream, concord_work_t* work);
 /* recv = concatenation of every rank's send, in rank order
  * (recv holds size * numel(send) elements). */
-CONCORD_API concord_status concord_all_gather(concord_comm_t comm, const DLTensor* send,
+CONCORD_API concord_status concord_comm_all_gather(concord_comm_t comm, const DLTensor* send,
                                               DLTensor* recv, void* stream,
                                               concord_work_t* work);
 /* send holds size blocks; recv = op over ranks of block `rank`. */
-CONCORD_API concord_status concord_reduce_scatter(concord_comm_t comm, const DLTensor* send,
+CONCORD_API concord_status concord_comm_reduce_scatter(concord_comm_t comm, const DLTensor* send,
                                                   DLTensor* recv, concord_reduce_op op,
                                                   void* stream, concord_work_t* work);
 /* recv = root's send on every rank (send is read on root only). */
-CONCORD_API concord_status concord_broadcast(concord_comm_t comm, const DLTensor* send,
+CONCORD_API concord_status concord_comm_broadcast(concord_comm_t comm, const DLTensor* send,
                                              DLTensor* recv, int root, void* stream,
                                              concord_work_t* work);
-CONCORD_API concord_status concord_barrier(concord_comm_t comm, concord_work_t* work);
+CONCORD_API concord_status concord_comm_barrier(concord_comm_t comm, concord_work_t* work);
 
 /* ---- asynchronous work -------------------------------------------------- */
 
@@ -204,7 +215,7 @@ CONCORD_API concord_status concord_work_destroy(concord_work_t work);
 /* All-reduces every tensor in place as one operation: tensors under 256 KiB
  * are packed into one buffer per dtype and reduced together; larger ones
  * are reduced where they are. Every rank passes the same shapes and dtypes. */
-CONCORD_API concord_status concord_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
+CONCORD_API concord_status concord_comm_all_reduce_multi(concord_comm_t comm, DLTensor* const* tensors,
                                                     size_t num_tensors, concord_reduce_op op,
                                                     void* stream, concord_work_t* work);
 
@@ -268,22 +279,21 @@ CONCORD_API concord_status concord_grad_sync_bucket_of(concord_grad_sync_t sync,
  * full bucket waits for the ones before it). Marking an index twice in one
  * step, or a gradient on another device than planned, is an error, raised
  * before anything is written. `grad` must stay valid until wait.
- * CUDA gradients: the pack is enqueued on the calling thread's stream
- * (concord_set_stream), and a bucket's all-reduce is enqueued on NCCL after
- * that stream's work, with the stream waiting for its result; nothing
- * waits on the host. Use one stream for every mark_ready and wait of the
+ * CUDA gradients: the pack is enqueued on `stream`, and a bucket's
+ * all-reduce is enqueued on NCCL after that stream's work, with the stream
+ * waiting for its result; nothing waits on the host. Use one stream for every mark_ready and wait of the
  * synchronizer, or order the streams yourself (CUDA events) so that each
  * call's stream follows the streams of the calls before it. */
 CONCORD_API concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync, size_t index,
-                                                        DLTensor* grad);
+                                                        DLTensor* grad, void* stream);
 /* Gradients not yet marked: CONCORD_ERR_INVALID_ARGUMENT naming them,
  * before anything else, and the step stays open. Otherwise:
  * - CPU gradients: waits for every bucket (each within the communicator's
  *   timeout), then unpacks the results into the gradients given to
  *   mark_ready; a failed collective returns its error here and leaves every
  *   packed gradient untouched.
- * - CUDA gradients: enqueues the unpacks on the calling thread's stream,
- *   after the all-reduces (that stream waited for them), and returns
+ * - CUDA gradients: enqueues the unpacks on `stream`, after the
+ *   all-reduces (that stream waited for them), and returns
  *   without waiting on the host. The gradients hold the results once that
  *   stream's work has run; they must stay allocated until then. A failed
  *   collective (a lost peer, the timeout) is caught by the communicator's
@@ -293,30 +303,22 @@ CONCORD_API concord_status concord_grad_sync_mark_ready(concord_grad_sync_t sync
  *   collective cannot promise that any gradient of that step, packed or
  *   not, was left untouched: it may hold a partial or unreduced result.
  * Ready for the next step afterwards, also after an error. */
-CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync);
+CONCORD_API concord_status concord_grad_sync_wait(concord_grad_sync_t sync, void* stream);
 /* Waits for bucket all-reduces still in flight first: they use its buffers.
  * CUDA gradients: blocks the host once, until the stream that last used
  * each bucket (the stream of the latest mark_ready or wait) has finished,
  * then frees the buffers; that stream must still exist. */
 CONCORD_API concord_status concord_grad_sync_destroy(concord_grad_sync_t sync);
 
-/* ---- kernels on CUDA tensors: the calling thread's stream ---------------
- * The kernel calls below (optimizer steps, sum of squares, scale, clipping,
+/* ---- kernels on CPU or CUDA tensors ------------------------------------
+ * The calls below (optimizer steps, sums of squares, scaling, clipping,
  * metric updates) run where their tensors live. On CUDA tensors they are
- * asynchronous: each is enqueued on the calling thread's current stream and
- * returns without waiting for the device (only concord_sum_of_squares,
- * which returns a host double, waits for that stream). Validation of
- * shapes, dtypes, devices and options still happens before anything is
- * enqueued. The stream is ignored for CPU tensors. Collectives keep their
- * explicit stream argument. Without a usable CUDA plugin (a CPU-only build,
- * no driver, no GPU) calls on CUDA tensors give CONCORD_ERR_UNAVAILABLE. */
-
-/* Sets the calling thread's stream (a cudaStream_t) for kernel calls on
- * CUDA tensors; NULL (the initial value) is the legacy default stream. The
- * stream must belong to the device of the tensors it is used with. */
-CONCORD_API concord_status concord_set_stream(void* stream);
-/* *stream = the calling thread's stream (NULL: the legacy default stream). */
-CONCORD_API concord_status concord_get_stream(void** stream);
+ * asynchronous: each is enqueued on `stream` and returns without waiting
+ * for the device (only concord_tensors_sum_of_squares, which returns a host
+ * double, waits for it). Shapes, dtypes, devices and options are checked
+ * before anything is enqueued. Without a usable CUDA plugin (a CPU-only
+ * build, no driver, no GPU) calls on CUDA tensors give
+ * CONCORD_ERR_UNAVAILABLE. */
 
 /* ---- data parallel: fused optimizers ------------------------------------ */
 
@@ -336,12 +338,13 @@ typedef struct concord_sgd_options {
  * when momentum == 0 (and are ignored then). params[i], grads[i] and
  * buffers[i] share a dtype (float32 or float64; it may differ between i)
  * and a shape, and no two share memory; all are on one device (CPU, or one
- * CUDA device: then the step is enqueued on the current stream, see
- * concord_set_stream). Options (non-NULL, lr, momentum, weight_decay >= 0,
- * step >= 1) and every tensor are checked before any is written. */
-CONCORD_API concord_status concord_sgd_step(const concord_sgd_options* options, size_t num_tensors,
-                                            DLTensor* const* params, const DLTensor* const* grads,
-                                            DLTensor* const* momentum_buffers);
+ * CUDA device: then the step is enqueued on `stream`). Options (non-NULL,
+ * lr, momentum, weight_decay >= 0, step >= 1) and every tensor are checked
+ * before any is written. */
+CONCORD_API concord_status concord_optim_sgd_step(const concord_sgd_options* options,
+                                                  size_t num_tensors, DLTensor* const* params,
+                                                  const DLTensor* const* grads,
+                                                  DLTensor* const* momentum_buffers, void* stream);
 
 typedef struct concord_adamw_options {
   size_t struct_size;
@@ -357,90 +360,92 @@ typedef struct concord_adamw_options {
   { sizeof(concord_adamw_options), 0.001, 0.9, 0.999, 1e-8, 0.01, 1 }
 
 /* One AdamW step over all tensors in one call (torch.optim.AdamW semantics,
- * decoupled weight decay, no amsgrad). Tensors as for concord_sgd_step;
+ * decoupled weight decay, no amsgrad). Tensors as for concord_optim_sgd_step;
  * options need lr, eps, weight_decay >= 0, betas in [0, 1), step >= 1. */
-CONCORD_API concord_status concord_adamw_step(const concord_adamw_options* options,
-                                              size_t num_tensors, DLTensor* const* params,
-                                              const DLTensor* const* grads, DLTensor* const* exp_avg,
-                                              DLTensor* const* exp_avg_sq);
+CONCORD_API concord_status concord_optim_adamw_step(const concord_adamw_options* options,
+                                                    size_t num_tensors, DLTensor* const* params,
+                                                    const DLTensor* const* grads,
+                                                    DLTensor* const* exp_avg,
+                                                    DLTensor* const* exp_avg_sq, void* stream);
 
 /* Sum of squares of every element of every tensor (any floating dtypes, all
  * on one device), in one pass with float64 accumulation; the L2 norm is its
- * square root. On CUDA tensors this waits for the current stream, to return
- * the value on the host; concord_sum_of_squares_into does not. */
-CONCORD_API concord_status concord_sum_of_squares(size_t num_tensors, const DLTensor* const* tensors,
-                                                  double* result);
+ * square root. On CUDA tensors this waits for `stream`, to return the value
+ * on the host; concord_tensors_sum_of_squares_into does not. */
+CONCORD_API concord_status concord_tensors_sum_of_squares(size_t num_tensors,
+                                                          const DLTensor* const* tensors,
+                                                          double* result, void* stream);
 /* The same sum written (not added) into `result`: a float64 tensor of one
  * element on the tensors' device, sharing no memory with them. On CUDA
- * tensors it is enqueued on the current stream, with no host sync. */
-CONCORD_API concord_status concord_sum_of_squares_into(size_t num_tensors,
-                                                       const DLTensor* const* tensors,
-                                                       DLTensor* result);
+ * tensors it is enqueued on `stream`, with no host sync. */
+CONCORD_API concord_status concord_tensors_sum_of_squares_into(size_t num_tensors,
+                                                               const DLTensor* const* tensors,
+                                                               DLTensor* result, void* stream);
 /* tensors[i] *= scale for every tensor (any floating dtypes, all on one
  * device), in one call. */
-CONCORD_API concord_status concord_scale(size_t num_tensors, DLTensor* const* tensors, double scale);
+CONCORD_API concord_status concord_tensors_scale(size_t num_tensors, DLTensor* const* tensors,
+                                                 double scale, void* stream);
 /* Gradient clipping by global norm, torch.nn.utils.clip_grad_norm_'s rule:
  * tensors[i] *= min(1, max_norm / (sqrt(s) + 1e-6)) with s the value of
  * `sum_of_squares` (a float64 tensor of one element on the tensors' device,
- * sharing no memory with them, e.g. from concord_sum_of_squares_into). s is
+ * sharing no memory with them, e.g. from concord_tensors_sum_of_squares_into). s is
  * read where it lives: on CUDA the factor is computed on the device, so
  * clipping needs no host sync. A NaN s makes every tensor NaN (as torch);
  * a factor of 1 leaves them untouched. max_norm >= 0 (INFINITY: no
  * clipping). Works on CPU and CUDA tensors. */
-CONCORD_API concord_status concord_clip_by_sum_of_squares(size_t num_tensors,
-                                                          DLTensor* const* tensors,
-                                                          const DLTensor* sum_of_squares,
-                                                          double max_norm);
+CONCORD_API concord_status concord_tensors_clip_by_sum_of_squares(size_t num_tensors,
+                                                                  DLTensor* const* tensors,
+                                                                  const DLTensor* sum_of_squares,
+                                                                  double max_norm, void* stream);
 
 /* ---- metrics: update kernels --------------------------------------------
  * States are tensors the caller owns, on the CPU or a CUDA device, with
- * their inputs on the same device; updates accumulate into them with no
- * communication. Shapes, dtypes and devices of the inputs are checked and
+ * their inputs on the same device; an update accumulates into its state
+ * with no communication. Shapes, dtypes and devices are checked and
  * reported as CONCORD_ERR_INVALID_ARGUMENT, and a failed update leaves the
  * state unchanged. Labels are int8, int32, int64, uint8 or bool; scores and
- * probabilities float16, bfloat16, float32 or float64.
- * On the CPU the input values are checked too (labels in range, binary
- * labels 0 or 1, histogram scores in [0, 1]). On CUDA tensors an update is
- * enqueued on the current stream (concord_set_stream) with no host sync,
- * so those values cannot be checked: samples with invalid values are
- * skipped, not rejected. CUDA tensors give CONCORD_ERR_UNAVAILABLE without
- * a usable CUDA plugin. */
+ * probabilities float16, bfloat16, float32 or float64. On the CPU the input
+ * values are checked too (labels in range, binary labels 0 or 1, histogram
+ * scores in [0, 1]); on CUDA tensors an update is enqueued on `stream` with
+ * no host sync, so such samples are skipped, not rejected.
+ *
+ * The kernels, by name (inputs in order; those in brackets may be NULL):
+ *  "weighted_sum"      state float64 [2] += [sum(values * weights), sum(weights)];
+ *                      inputs values, [weights] (NULL: 1 per value); any dtype,
+ *                      NaN propagates.
+ *  "max", "min"        state float64 [1] = max / min of the state and values;
+ *                      input values; NaN values are skipped.
+ *  "confusion_matrix"  state int64 [C, C] (row target, column prediction) +=
+ *                      counts; inputs preds: labels (N,) or scores (N, C)
+ *                      whose argmax (first of ties, NaN highest) is the
+ *                      prediction, target: labels (N,) in [0, C).
+ *  "binary_confusion"  state int64 [2, 2]; inputs preds (N,) probabilities
+ *                      (positive when >= threshold; NaN is negative) or 0/1
+ *                      labels, target (N,) 0/1.
+ *  "multilabel_counts" state int64 [L, 4] += per label [tp, fp, fn, tn];
+ *                      inputs preds (N, L) as for binary, target (N, L) 0/1.
+ *  "topk_correct"      state int64 [2] += [samples whose target is among the
+ *                      top k scores, N]; inputs preds (N, C) scores, target
+ *                      (N,) labels; ties as in torchmetrics.
+ *  "binary_histogram"  state int64 [2, B]: row 0 negatives, row 1 positives,
+ *                      by bin min(floor(score * B), B - 1); inputs scores
+ *                      (N,) in [0, 1], target (N,) 0/1. */
 
-/* state (float64, shape [2]) += [sum(values * weights), sum(weights)];
- * weights NULL means 1 per value (state[1] then counts values). Any dtype;
- * NaN propagates. */
-CONCORD_API concord_status concord_metric_weighted_sum(DLTensor* state, const DLTensor* values,
-                                                       const DLTensor* weights);
-/* state (float64, shape [1]) = max(state, max(values)); NaN values are skipped. */
-CONCORD_API concord_status concord_metric_max(DLTensor* state, const DLTensor* values);
-CONCORD_API concord_status concord_metric_min(DLTensor* state, const DLTensor* values);
-/* confusion (int64, [C, C], row = target, column = prediction) += counts.
- * preds: labels (N,) of an integer dtype, or scores (N, C) whose argmax is
- * the prediction (the first of tied scores; NaN ranks highest, as in
- * torch.argmax); target: labels (N,) in [0, C). */
-CONCORD_API concord_status concord_metric_confusion_matrix(DLTensor* confusion, const DLTensor* preds,
-                                                           const DLTensor* target);
-/* Binary: preds (N,) probabilities, positive when >= threshold (NaN is
- * negative), or 0/1 labels; target (N,) 0/1; confusion is int64 [2, 2]. */
-CONCORD_API concord_status concord_metric_binary_confusion(DLTensor* confusion, const DLTensor* preds,
-                                                           const DLTensor* target, double threshold);
-/* Multilabel: preds (N, L) probabilities (thresholded as in binary) or 0/1
- * labels, target (N, L) 0/1; counts (int64, [L, 4]) += per label
- * [tp, fp, fn, tn]. */
-CONCORD_API concord_status concord_metric_multilabel_counts(DLTensor* counts, const DLTensor* preds,
-                                                            const DLTensor* target, double threshold);
-/* counts (int64, [2]) += [samples whose target is among the top k scores, N];
- * preds (N, C) scores, target (N,) labels. Ties count as in torchmetrics
- * (the target's score is strictly exceeded by fewer than k others; NaN
- * ranks highest). */
-CONCORD_API concord_status concord_metric_topk_correct(DLTensor* counts, const DLTensor* preds,
-                                                       const DLTensor* target, int64_t k);
-/* histogram (int64, [2, num_bins]): row 0 counts negatives, row 1
- * positives, by bin min(floor(score * num_bins), num_bins - 1) of scores in
- * [0, 1] (a score outside, NaN included, is an error on the CPU and
- * skipped on CUDA); target (N,) 0/1. */
-CONCORD_API concord_status concord_metric_binary_histogram(DLTensor* histogram, const DLTensor* scores,
-                                                           const DLTensor* target);
+typedef struct concord_metric_options {
+  size_t struct_size;
+  double threshold; /* binary_confusion, multilabel_counts: positive at or above it */
+  int64_t k;        /* topk_correct: 1 <= k <= C */
+} concord_metric_options;
+
+#define CONCORD_METRIC_OPTIONS_INIT { sizeof(concord_metric_options), 0.5, 1 }
+
+/* Runs update `kernel` (a name above; an unknown one is
+ * CONCORD_ERR_INVALID_ARGUMENT listing the valid names) on `state` with
+ * `inputs[0..num_inputs)`. options NULL: CONCORD_METRIC_OPTIONS_INIT. */
+CONCORD_API concord_status concord_metric_update(const char* kernel, DLTensor* state,
+                                                 const DLTensor* const* inputs, size_t num_inputs,
+                                                 const concord_metric_options* options,
+                                                 void* stream);
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 
-from .. import _capi
-from .base import Metric, to_numpy
+from .base import Metric, run_kernel, to_numpy
 
 __all__ = ["Cat", "Max", "Mean", "Min", "Sum", "WeightedMean"]
 
@@ -22,7 +21,7 @@ class _Totals(Metric):
 
     def _add(self, values, weights=None):
         values, weights = self._begin_update(values, weights)
-        _capi.metric_weighted_sum(self._window["totals"], values, weights)
+        run_kernel("weighted_sum", self._window["totals"], values, weights)
 
     def _mean(self):
         total, weight = self._host("totals")
@@ -67,7 +66,6 @@ class Max(Metric):
     identity of max, as torchmetrics' MaxMetric)."""
 
     _op = "max"
-    _kernel = staticmethod(_capi.metric_max)
 
     def __init__(self):
         super().__init__()
@@ -75,7 +73,7 @@ class Max(Metric):
 
     def update(self, values):
         (values,) = self._begin_update(values)
-        self._kernel(self._window["value"], values)
+        run_kernel(self._op, self._window["value"], values)
 
     def _compute(self):
         return float(self._host("value")[0])
@@ -85,7 +83,6 @@ class Min(Max):
     """The smallest value seen, NaN values skipped; inf before any."""
 
     _op = "min"
-    _kernel = staticmethod(_capi.metric_min)
 
 
 class Cat(Metric):

@@ -63,11 +63,20 @@ import numpy as np
 from array_api_compat import device as array_device
 from array_api_compat import is_jax_array, is_torch_array
 
+from .. import _capi
 from .._host import device_key, is_host, to_host
 from ..arrays import namespace
 from .sync import Entry, StateSpec, start_sync
 
-__all__ = ["Metric", "to_numpy"]
+__all__ = ["Metric", "run_kernel", "to_numpy"]
+
+
+def run_kernel(kernel, state, *inputs, threshold=0.0, k=0):
+    """Adds `inputs` into `state` with the C update kernel named `kernel`
+    ("confusion_matrix", ...; concord.h lists them), where the state lives.
+    `threshold` and `k` are read only by the kernels that take them
+    (binary_confusion and multilabel_counts; topk_correct)."""
+    _capi.metric_update(kernel, state, inputs, threshold, k)
 
 
 def to_numpy(x):

@@ -36,8 +36,7 @@ import warnings
 
 import numpy as np
 
-from .. import _capi
-from .base import Metric, to_numpy
+from .base import Metric, run_kernel, to_numpy
 
 __all__ = ["Accuracy", "BinaryAUROC", "ConfusionMatrix", "F1Score", "FBetaScore", "Precision",
            "Recall"]
@@ -92,12 +91,14 @@ class _ClassCounts(Metric):
     def update(self, preds, target):
         preds, target = self._begin_update(preds, target)
         if self.task == "binary":
-            _capi.metric_binary_confusion(self._window["confusion"], preds, target, self.threshold)
+            run_kernel("binary_confusion", self._window["confusion"], preds, target,
+                       threshold=self.threshold)
         elif self.task == "multiclass":
             _check_scores(type(self).__name__, preds, self.num_classes)
-            _capi.metric_confusion_matrix(self._window["confusion"], preds, target)
+            run_kernel("confusion_matrix", self._window["confusion"], preds, target)
         else:
-            _capi.metric_multilabel_counts(self._window["counts"], preds, target, self.threshold)
+            run_kernel("multilabel_counts", self._window["counts"], preds, target,
+                       threshold=self.threshold)
 
     def _stats(self):
         """(tp, fp, fn, tn) per class, as float64 arrays; for binary, of the
@@ -239,12 +240,14 @@ class Accuracy(Metric):
     def update(self, preds, target):
         preds, target = self._begin_update(preds, target)
         if self.task == "binary":
-            _capi.metric_binary_confusion(self._window["confusion"], preds, target, self.threshold)
+            run_kernel("binary_confusion", self._window["confusion"], preds, target,
+                       threshold=self.threshold)
         elif self.task == "multilabel":
-            _capi.metric_multilabel_counts(self._window["counts"], preds, target, self.threshold)
+            run_kernel("multilabel_counts", self._window["counts"], preds, target,
+                       threshold=self.threshold)
         elif len(preds.shape) == 2:
             _check_scores("Accuracy", preds, self.num_classes)
-            _capi.metric_topk_correct(self._window["correct"], preds, target, self.top_k)
+            run_kernel("topk_correct", self._window["correct"], preds, target, k=self.top_k)
         elif self._where.xp is np:
             self._window["correct"] += self._label_counts(to_numpy(preds), to_numpy(target))
         else:
@@ -327,7 +330,7 @@ class BinaryAUROC(Metric):
     def update(self, preds, target):
         """preds (N,) scores in [0, 1]; target (N,) 0/1 labels."""
         preds, target = self._begin_update(preds, target)
-        _capi.metric_binary_histogram(self._window["histogram"], preds, target)
+        run_kernel("binary_histogram", self._window["histogram"], preds, target)
 
     def _compute(self):
         negatives, positives = self._host("histogram").astype(np.float64)
