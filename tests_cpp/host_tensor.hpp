@@ -1,6 +1,7 @@
-// A contiguous host tensor for the kernel, optimizer and gradient-bucket
-// tests: any floating dtype or int32, values read and written as doubles,
-// viewed as a TensorView or a DLTensor.
+// A contiguous host tensor of any dtype for the tests: elements read and
+// written as doubles through the library's own codec, viewed as a
+// TensorView or a DLTensor (on any DLPack device, so that tests can hand
+// the library CUDA tensors with host pointers to check its validation).
 #pragma once
 
 #include <cstdint>
@@ -9,18 +10,21 @@
 #include <utility>
 #include <vector>
 
+#include "base/dlpack.h"
 #include "base/dtype.hpp"
 #include "base/tensor_view.hpp"
-#include "base/dlpack.h"
-#include "kernels/half.hpp"
+#include "kernels/codec.hpp"
+#include "kernels/dispatch.hpp"
 
 namespace concord::testing {
 
 struct HostTensor {
-  DType dtype;
+  DType dtype = DType::kFloat64;
   std::vector<std::int64_t> shape;
   std::vector<unsigned char> bytes;
+  DLDevice device{kDLCPU, 0};
 
+  HostTensor() = default;
   HostTensor(DType t, std::vector<std::int64_t> s) : dtype(t), shape(std::move(s)) {
     bytes.resize(size() * dtype_size(dtype));
   }
@@ -30,44 +34,50 @@ struct HostTensor {
     return n;
   }
   std::size_t size() const { return static_cast<std::size_t>(numel()); }
+  void* data() { return bytes.data(); }
   unsigned char* at(std::size_t i) { return bytes.data() + i * dtype_size(dtype); }
   const unsigned char* at(std::size_t i) const { return bytes.data() + i * dtype_size(dtype); }
 
   double get(std::size_t i) const {
-    switch (dtype) {
-      case DType::kFloat16: { std::uint16_t h; std::memcpy(&h, at(i), 2); return fp16_to_float(h); }
-      case DType::kBFloat16: { std::uint16_t h; std::memcpy(&h, at(i), 2); return bf16_to_float(h); }
-      case DType::kFloat32: { float v; std::memcpy(&v, at(i), 4); return v; }
-      case DType::kFloat64: { double v; std::memcpy(&v, at(i), 8); return v; }
-      case DType::kInt32: { std::int32_t v; std::memcpy(&v, at(i), 4); return v; }
-      default: return 0;
-    }
+    return visit_dtype(dtype, [&](auto tag) {
+      using C = Codec<decltype(tag)::value>;
+      typename C::Storage v;
+      std::memcpy(&v, at(i), sizeof v);
+      return static_cast<double>(C::load(v));
+    });
   }
-  // Rounds to nearest (even) into the 16-bit types.
-  void set(std::size_t i, double v) {
-    switch (dtype) {
-      case DType::kFloat16: { auto h = float_to_fp16(float(v)); std::memcpy(at(i), &h, 2); break; }
-      case DType::kBFloat16: { auto h = float_to_bf16(float(v)); std::memcpy(at(i), &h, 2); break; }
-      case DType::kFloat32: { float f = float(v); std::memcpy(at(i), &f, 4); break; }
-      case DType::kFloat64: std::memcpy(at(i), &v, 8); break;
-      case DType::kInt32: { auto x = std::int32_t(v); std::memcpy(at(i), &x, 4); break; }
-      default: break;
-    }
+  // Rounds to nearest (even) into the 16-bit floats; bool stores 0 or 1.
+  void set(std::size_t i, double value) {
+    visit_dtype(dtype, [&](auto tag) {
+      using C = Codec<decltype(tag)::value>;
+      const typename C::Storage v = C::store(static_cast<typename C::Compute>(value));
+      std::memcpy(at(i), &v, sizeof v);
+    });
   }
   std::vector<double> values() const {
     std::vector<double> out(size());
     for (std::size_t i = 0; i < size(); ++i) out[i] = get(i);
     return out;
   }
+  // The raw elements as T (int64 counts, float64 states).
+  template <typename T>
+  std::vector<T> as() const {
+    std::vector<T> out(bytes.size() / sizeof(T));
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+    return out;
+  }
   void fill(std::mt19937_64& rng, double lo, double hi) {
     std::uniform_real_distribution<double> dist(lo, hi);
     for (std::size_t i = 0; i < size(); ++i) set(i, dist(rng));
   }
-  TensorView view() { return TensorView::flat(bytes.data(), numel(), dtype, Device{}); }
+  TensorView view() {
+    DLTensor t = dl();
+    return TensorView::from_dlpack(&t, "test");
+  }
   DLTensor dl() {
     DLTensor t{};
-    t.data = bytes.data();
-    t.device = {kDLCPU, 0};
+    t.data = bytes.empty() ? nullptr : bytes.data();
+    t.device = device;
     t.ndim = static_cast<std::int32_t>(shape.size());
     t.dtype = dtype_to_dlpack(dtype);
     t.shape = shape.data();

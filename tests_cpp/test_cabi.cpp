@@ -9,6 +9,10 @@
 
 #include "concord/concord.h"
 
+#include "cabi_ranks.hpp"
+
+using concord::testing::with_cabi_ranks;
+
 namespace {
 
 DLTensor float_tensor(float* data, std::int64_t* shape, int ndim = 1, std::int64_t* strides = nullptr) {
@@ -22,36 +26,6 @@ DLTensor float_tensor(float* data, std::int64_t* shape, int ndim = 1, std::int64
   return t;
 }
 
-// Runs body(rank, comm) on `nranks` threads meeting through one store server.
-template <typename Body>
-void with_ranks(int nranks, Body body) {
-  concord_store_server_t server = nullptr;
-  REQUIRE(concord_store_server_create("127.0.0.1", 0, "tok", &server) == CONCORD_OK);
-  int port = 0;
-  REQUIRE(concord_store_server_port(server, &port) == CONCORD_OK);
-  static int job = 0;
-  const std::string name = "cabi" + std::to_string(job++);
-  std::vector<std::thread> threads;
-  std::vector<concord_status> init_status(nranks, CONCORD_OK);
-  std::vector<concord_comm_t> comms(nranks, nullptr);
-  std::vector<concord_store_t> stores(nranks, nullptr);
-  for (int r = 0; r < nranks; ++r)
-    threads.emplace_back([&, r] {
-      init_status[r] = concord_store_connect("127.0.0.1", port, "tok", 10.0, &stores[r]);
-      if (init_status[r] == CONCORD_OK)
-        init_status[r] = concord_comm_init_with_store(stores[r], name.c_str(), r, nranks, 10.0, &comms[r]);
-    });
-  for (auto& t : threads) t.join();
-  threads.clear();
-  for (int r = 0; r < nranks; ++r) REQUIRE(init_status[r] == CONCORD_OK);
-  for (int r = 0; r < nranks; ++r) threads.emplace_back([&, r] { body(r, comms[r]); });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < nranks; ++r) {
-    CHECK(concord_comm_destroy(comms[r]) == CONCORD_OK);
-    CHECK(concord_store_destroy(stores[r]) == CONCORD_OK);
-  }
-  CHECK(concord_store_server_destroy(server) == CONCORD_OK);
-}
 
 }  // namespace
 
@@ -144,7 +118,7 @@ TEST_CASE("the backend option is honoured", "[cabi][backend_choice]") {
 TEST_CASE("collectives through the C ABI, blocking and asynchronous", "[cabi]") {
   const int nranks = 3;
   std::vector<std::string> failures(nranks);
-  with_ranks(nranks, [&](int rank, concord_comm_t comm) {
+  with_cabi_ranks(nranks, [&](int rank, concord_comm_t comm) {
     auto note = [&](const std::string& what) { if (failures[rank].empty()) failures[rank] = what; };
     std::vector<float> x(1001);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(rank + 1) * float(i);
@@ -176,7 +150,7 @@ TEST_CASE("collectives through the C ABI, blocking and asynchronous", "[cabi]") 
 }
 
 TEST_CASE("bad tensors and ops are rejected with specific messages", "[cabi][errors]") {
-  with_ranks(1, [](int, concord_comm_t comm) {
+  with_cabi_ranks(1, [](int, concord_comm_t comm) {
     float data[6] = {};
     std::int64_t shape[2] = {2, 3}, strides[2] = {1, 2};  // column-major
     DLTensor t = float_tensor(data, shape, 2, strides);
@@ -210,7 +184,7 @@ TEST_CASE("bad tensors and ops are rejected with specific messages", "[cabi][err
 
 TEST_CASE("split through the C ABI", "[cabi]") {
   std::vector<int> sizes(4, -1);
-  with_ranks(4, [&](int rank, concord_comm_t comm) {
+  with_cabi_ranks(4, [&](int rank, concord_comm_t comm) {
     concord_comm_t sub = nullptr;
     if (concord_comm_split(comm, rank == 3 ? -1 : 0, rank, &sub) != CONCORD_OK) return;
     if (sub == nullptr) { sizes[rank] = 0; return; }

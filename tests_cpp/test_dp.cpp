@@ -23,6 +23,7 @@
 #include "dp/grad_sync.hpp"
 #include "kernels/multi_tensor.hpp"
 
+#include "cabi_ranks.hpp"
 #include "host_tensor.hpp"
 #include "plugin_helpers.hpp"
 #include "spawn_ranks.hpp"
@@ -35,6 +36,7 @@ using concord::dp::Compression;
 using concord::dp::GradientSynchronizer;
 using concord::dp::GradSyncOptions;
 using concord::testing::spawn_ranks;
+using concord::testing::with_cabi_ranks;
 
 namespace {
 
@@ -562,39 +564,6 @@ TEST_CASE("a rank that never marks makes wait time out and leaves the gradients"
 }
 
 // ---- C ABI ------------------------------------------------------------------------------
-
-namespace {
-
-// Runs body(rank, comm) on `nranks` threads that meet through one store.
-template <typename Body>
-void with_cabi_ranks(int nranks, Body body) {
-  concord_store_server_t server = nullptr;
-  REQUIRE(concord_store_server_create("127.0.0.1", 0, "tok", &server) == CONCORD_OK);
-  int port = 0;
-  REQUIRE(concord_store_server_port(server, &port) == CONCORD_OK);
-  static int job = 0;
-  const std::string name = "dp_cabi" + std::to_string(job++);
-  std::vector<concord_status> init(nranks, CONCORD_OK);
-  std::vector<concord_store_t> stores(nranks, nullptr);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < nranks; ++r)
-    threads.emplace_back([&, r] {
-      concord_comm_t comm = nullptr;
-      init[r] = concord_store_connect("127.0.0.1", port, "tok", 10.0, &stores[r]);
-      if (init[r] == CONCORD_OK)
-        init[r] = concord_comm_init_with_store(stores[r], name.c_str(), r, nranks, 10.0, &comm);
-      if (init[r] == CONCORD_OK) body(r, comm);
-      concord_comm_destroy(comm);
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < nranks; ++r) {
-    CHECK(init[r] == CONCORD_OK);
-    concord_store_destroy(stores[r]);
-  }
-  concord_store_server_destroy(server);
-}
-
-}  // namespace
 
 TEST_CASE("C ABI: gradient buckets reduce DLTensors of any shape", "[dp][cabi]") {
   const int world = 3;

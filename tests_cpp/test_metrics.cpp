@@ -23,6 +23,7 @@
 #include "kernels/metric_functors.hpp"
 #include "metrics/updates.hpp"
 
+#include "host_tensor.hpp"
 #include "metric_update.hpp"
 #include "plugin_helpers.hpp"
 
@@ -30,6 +31,7 @@ namespace metrics = concord::metrics;
 using concord::DType;
 using concord::StatusCode;
 using concord::TensorView;
+using concord::testing::HostTensor;
 using concord::testing::update_metric;
 
 namespace {
@@ -71,55 +73,15 @@ std::uint16_t bf16_bits(double v) {
   return static_cast<std::uint16_t>(u >> 16);
 }
 
-DLDataType dl_type(DType dtype) { return concord::dtype_to_dlpack(dtype); }
-
-// An owned host array in any dtype, built from double values.
-struct Array {
-  DType dtype = DType::kFloat64;
-  std::vector<std::int64_t> shape;
-  std::vector<unsigned char> bytes;
-  DLDevice device{kDLCPU, 0};
-
-  std::int64_t numel() const {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-  }
-
-  DLTensor dl() {
-    DLTensor t{};
-    t.data = bytes.empty() ? nullptr : bytes.data();
-    t.device = device;
-    t.ndim = static_cast<std::int32_t>(shape.size());
-    t.dtype = dl_type(dtype);
-    t.shape = shape.data();
-    return t;
-  }
-
-  TensorView view() {
-    DLTensor t = dl();
-    return TensorView::from_dlpack(&t, "test");
-  }
-
-  std::vector<std::int64_t> ints() const {
-    std::vector<std::int64_t> out(bytes.size() / 8);
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-    return out;
-  }
-  std::vector<double> doubles() const {
-    std::vector<double> out(bytes.size() / 8);
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-    return out;
-  }
-};
-
 template <typename T>
 void put(std::vector<unsigned char>& bytes, std::size_t i, T value) {
   std::memcpy(bytes.data() + i * sizeof(T), &value, sizeof(T));
 }
 
-Array make(DType dtype, std::vector<std::int64_t> shape, const std::vector<double>& values) {
-  Array a{dtype, std::move(shape), {}};
+HostTensor make(DType dtype, std::vector<std::int64_t> shape, const std::vector<double>& values) {
+  HostTensor a;
+  a.dtype = dtype;
+  a.shape = std::move(shape);
   if (static_cast<std::size_t>(a.numel()) != values.size())
     throw std::logic_error("shape and values disagree");
   a.bytes.resize(values.size() * concord::dtype_size(dtype));
@@ -140,27 +102,29 @@ Array make(DType dtype, std::vector<std::int64_t> shape, const std::vector<doubl
   return a;
 }
 
-Array int64_state(std::vector<std::int64_t> shape, const std::vector<std::int64_t>& values) {
-  Array a{DType::kInt64, std::move(shape), {}};
+HostTensor int64_state(std::vector<std::int64_t> shape, const std::vector<std::int64_t>& values) {
+  HostTensor a;
+  a.dtype = DType::kInt64;
+  a.shape = std::move(shape);
   a.bytes.resize(values.size() * 8);
   std::memcpy(a.bytes.data(), values.data(), a.bytes.size());
   return a;
 }
 
-Array zeros_int64(std::vector<std::int64_t> shape) {
+HostTensor zeros_int64(std::vector<std::int64_t> shape) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
   return int64_state(std::move(shape), std::vector<std::int64_t>(n, 0));
 }
 
-Array float64_state(std::vector<double> values) {
+HostTensor float64_state(std::vector<double> values) {
   const auto n = static_cast<std::int64_t>(values.size());
   return make(DType::kFloat64, {n}, values);
 }
 
 // Rows [begin, end) of `a` (along dim 0) as a new array.
-Array rows(const Array& a, std::int64_t begin, std::int64_t end) {
-  Array out = a;
+HostTensor rows(const HostTensor& a, std::int64_t begin, std::int64_t end) {
+  HostTensor out = a;
   const std::int64_t row_bytes =
       a.shape[0] == 0 ? 0 : static_cast<std::int64_t>(a.bytes.size()) / a.shape[0];
   out.shape[0] = end - begin;
@@ -333,7 +297,7 @@ void require_error(Fn fn, StatusCode code, const std::string& message) {
 
 // A failed update must leave the state byte for byte as it was.
 template <class Fn>
-void require_invalid_untouched(Array& state, Fn fn, const std::string& message) {
+void require_invalid_untouched(HostTensor& state, Fn fn, const std::string& message) {
   const auto before = state.bytes;
   require_error(fn, StatusCode::kInvalidArgument, message);
   CHECK(state.bytes == before);
@@ -412,11 +376,11 @@ TEST_CASE("confusion_matrix counts integer label predictions", "[metrics]") {
         for (DType target_type : kLabelTypes) {
           CAPTURE(C, n, concord::dtype_name(pred_type), concord::dtype_name(target_type));
           const auto p = random_ints(rng, n, 0, C - 1), t = random_ints(rng, n, 0, C - 1);
-          Array preds = make(pred_type, {n}, p), target = make(target_type, {n}, t);
+          HostTensor preds = make(pred_type, {n}, p), target = make(target_type, {n}, t);
           const auto start = random_counts(rng, C * C);
-          Array cm = int64_state({C, C}, start);
+          HostTensor cm = int64_state({C, C}, start);
           confusion_matrix(cm.view(), preds.view(), target.view());
-          CHECK(cm.ints() == plus(start, ref_confusion(C, p, false, t)));
+          CHECK(cm.as<std::int64_t>() == plus(start, ref_confusion(C, p, false, t)));
         }
 }
 
@@ -424,13 +388,13 @@ TEST_CASE("confusion_matrix takes bool labels for two classes", "[metrics]") {
   std::mt19937_64 rng(102);
   const std::int64_t n = 1000;
   const auto p = random_ints(rng, n, 0, 1), t = random_ints(rng, n, 0, 1);
-  Array preds = make(DType::kBool, {n}, p), target = make(DType::kBool, {n}, t);
+  HostTensor preds = make(DType::kBool, {n}, p), target = make(DType::kBool, {n}, t);
   target.bytes[3] = 7;  // any nonzero byte is true
   auto expected_t = t;
   expected_t[3] = 1;
-  Array cm = zeros_int64({2, 2});
+  HostTensor cm = zeros_int64({2, 2});
   confusion_matrix(cm.view(), preds.view(), target.view());
-  CHECK(cm.ints() == ref_confusion(2, p, false, expected_t));
+  CHECK(cm.as<std::int64_t>() == ref_confusion(2, p, false, expected_t));
 }
 
 TEST_CASE("confusion_matrix takes the argmax of scores, ties to the first, NaN highest",
@@ -443,10 +407,10 @@ TEST_CASE("confusion_matrix takes the argmax of scores, ties to the first, NaN h
         auto s = random_scores(rng, n * C);
         sprinkle_nan(rng, s, 0.02);
         const auto t = random_ints(rng, n, 0, C - 1);
-        Array scores = make(score_type, {n, C}, s), target = make(DType::kInt64, {n}, t);
-        Array cm = zeros_int64({C, C});
+        HostTensor scores = make(score_type, {n, C}, s), target = make(DType::kInt64, {n}, t);
+        HostTensor cm = zeros_int64({C, C});
         confusion_matrix(cm.view(), scores.view(), target.view());
-        CHECK(cm.ints() == ref_confusion(C, s, true, t));
+        CHECK(cm.as<std::int64_t>() == ref_confusion(C, s, true, t));
       }
 }
 
@@ -458,10 +422,10 @@ TEST_CASE("confusion_matrix argmax over many classes", "[metrics]") {
     auto s = random_scores(rng, n * C);
     sprinkle_nan(rng, s, 0.0005);
     const auto t = random_ints(rng, n, 0, C - 1);
-    Array scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt32, {n}, t);
-    Array cm = zeros_int64({C, C});
+    HostTensor scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt32, {n}, t);
+    HostTensor cm = zeros_int64({C, C});
     confusion_matrix(cm.view(), scores.view(), target.view());
-    CHECK(cm.ints() == ref_confusion(C, s, true, t));
+    CHECK(cm.as<std::int64_t>() == ref_confusion(C, s, true, t));
   }
 }
 
@@ -471,25 +435,25 @@ TEST_CASE("confusion_matrix: two updates equal one on the concatenation", "[metr
     const std::int64_t C = 10, n = 100003;
     const auto p = scores ? random_scores(rng, n * C) : random_ints(rng, n, 0, C - 1);
     const auto t = random_ints(rng, n, 0, C - 1);
-    Array preds = scores ? make(DType::kBFloat16, {n, C}, p) : make(DType::kUInt8, {n}, p);
-    Array target = make(DType::kInt8, {n}, t);
-    Array whole = zeros_int64({C, C}), split = zeros_int64({C, C});
+    HostTensor preds = scores ? make(DType::kBFloat16, {n, C}, p) : make(DType::kUInt8, {n}, p);
+    HostTensor target = make(DType::kInt8, {n}, t);
+    HostTensor whole = zeros_int64({C, C}), split = zeros_int64({C, C});
     confusion_matrix(whole.view(), preds.view(), target.view());
     for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 4099}, {4099, n}}) {
-      Array pr = rows(preds, begin, end), tr = rows(target, begin, end);
+      HostTensor pr = rows(preds, begin, end), tr = rows(target, begin, end);
       confusion_matrix(split.view(), pr.view(), tr.view());
     }
-    CHECK(split.ints() == whole.ints());
+    CHECK(split.as<std::int64_t>() == whole.as<std::int64_t>());
   }
 }
 
 TEST_CASE("confusion_matrix rejects bad shapes and dtypes with exact messages", "[metrics]") {
-  Array cm = zeros_int64({5, 5});
-  Array preds = make(DType::kInt64, {4}, {0, 1, 2, 3});
-  Array scores = make(DType::kFloat32, {4, 3}, std::vector<double>(12, 0.0));
-  Array target5 = make(DType::kInt64, {5}, {0, 1, 2, 3, 4});
-  Array target = make(DType::kInt64, {4}, {0, 1, 2, 3});
-  auto call = [&](Array& c, Array& p, Array& t) {
+  HostTensor cm = zeros_int64({5, 5});
+  HostTensor preds = make(DType::kInt64, {4}, {0, 1, 2, 3});
+  HostTensor scores = make(DType::kFloat32, {4, 3}, std::vector<double>(12, 0.0));
+  HostTensor target5 = make(DType::kInt64, {5}, {0, 1, 2, 3, 4});
+  HostTensor target = make(DType::kInt64, {4}, {0, 1, 2, 3});
+  auto call = [&](HostTensor& c, HostTensor& p, HostTensor& t) {
     return [&] { confusion_matrix(c.view(), p.view(), t.view()); };
   };
   require_invalid_untouched(cm, call(cm, preds, target5),
@@ -498,29 +462,29 @@ TEST_CASE("confusion_matrix rejects bad shapes and dtypes with exact messages", 
   require_invalid_untouched(cm, call(cm, scores, target),
                             "confusion_matrix: preds has shape (4, 3) but the confusion matrix is "
                             "5 x 5: expected (N, 5) scores or (N,) labels");
-  Array cube = make(DType::kFloat32, {1, 1, 5}, std::vector<double>(5, 0.0));
-  Array one = make(DType::kInt64, {1}, {0});
+  HostTensor cube = make(DType::kFloat32, {1, 1, 5}, std::vector<double>(5, 0.0));
+  HostTensor one = make(DType::kInt64, {1}, {0});
   require_invalid_untouched(cm, call(cm, cube, one),
                             "confusion_matrix: preds has shape (1, 1, 5) but the confusion matrix "
                             "is 5 x 5: expected (N, 5) scores or (N,) labels");
-  Array float_labels = make(DType::kFloat32, {4}, {0, 1, 2, 3});
+  HostTensor float_labels = make(DType::kFloat32, {4}, {0, 1, 2, 3});
   require_invalid_untouched(cm, call(cm, float_labels, target),
                             "confusion_matrix: preds (N,) are labels and need an integer dtype "
                             "(int8, int32, int64, uint8 or bool), got float32; pass (N, 5) scores "
                             "for an argmax");
-  Array int_scores = make(DType::kInt32, {4, 5}, std::vector<double>(20, 0.0));
+  HostTensor int_scores = make(DType::kInt32, {4, 5}, std::vector<double>(20, 0.0));
   require_invalid_untouched(cm, call(cm, int_scores, target),
                             "confusion_matrix: preds has dtype int32, expected scores (float16, "
                             "bfloat16, float32 or float64)");
-  Array float_target = make(DType::kFloat64, {4}, {0, 1, 2, 3});
+  HostTensor float_target = make(DType::kFloat64, {4}, {0, 1, 2, 3});
   require_invalid_untouched(cm, call(cm, preds, float_target),
                             "confusion_matrix: target has dtype float64, expected integer labels "
                             "(int8, int32, int64, uint8 or bool)");
-  Array rect = zeros_int64({5, 4});
+  HostTensor rect = zeros_int64({5, 4});
   require_invalid_untouched(rect, call(rect, preds, target),
                             "confusion_matrix: confusion has shape (5, 4), expected (C, C) with C "
                             ">= 1 classes");
-  Array cm32 = make(DType::kInt32, {5, 5}, std::vector<double>(25, 0.0));
+  HostTensor cm32 = make(DType::kInt32, {5, 5}, std::vector<double>(25, 0.0));
   require_invalid_untouched(cm32, call(cm32, preds, target),
                             "confusion_matrix: confusion has dtype int32, expected int64");
 }
@@ -536,15 +500,15 @@ TEST_CASE("confusion_matrix rejects out-of-range labels and leaves the state unt
   auto t = random_ints(rng, n, 0, C - 1);
   auto p = random_ints(rng, n, 0, C - 1);
   t[77777] = 7;
-  Array cm = int64_state({C, C}, start);
-  Array preds = make(DType::kInt32, {n}, p), target = make(DType::kInt32, {n}, t);
+  HostTensor cm = int64_state({C, C}, start);
+  HostTensor preds = make(DType::kInt32, {n}, p), target = make(DType::kInt32, {n}, t);
   require_invalid_untouched(
       cm, [&] { confusion_matrix(cm.view(), preds.view(), target.view()); },
       "confusion_matrix: target holds 7 at index 77777, outside [0, 5)");
 
   t[77777] = 0;
   p[5000] = -1;
-  Array bad_preds = make(DType::kInt8, {n}, p), good_target = make(DType::kInt64, {n}, t);
+  HostTensor bad_preds = make(DType::kInt8, {n}, p), good_target = make(DType::kInt64, {n}, t);
   require_invalid_untouched(
       cm, [&] { confusion_matrix(cm.view(), bad_preds.view(), good_target.view()); },
       "confusion_matrix: preds holds -1 at index 5000, outside [0, 5)");
@@ -552,16 +516,16 @@ TEST_CASE("confusion_matrix rejects out-of-range labels and leaves the state unt
   // A bad target under scores: the argmax path rolls back as well.
   auto s = random_scores(rng, n * C);
   t[n - 1] = 255;
-  Array scores = make(DType::kFloat16, {n, C}, s), target_u8 = make(DType::kUInt8, {n}, t);
+  HostTensor scores = make(DType::kFloat16, {n, C}, s), target_u8 = make(DType::kUInt8, {n}, t);
   require_invalid_untouched(
       cm, [&] { confusion_matrix(cm.view(), scores.view(), target_u8.view()); },
       "confusion_matrix: target holds 255 at index 100002, outside [0, 5)");
-  CHECK(cm.ints() == start);
+  CHECK(cm.as<std::int64_t>() == start);
 }
 
 TEST_CASE("metric updates on CUDA tensors: one device, and the CUDA plugin", "[metrics]") {
-  Array cm = zeros_int64({2, 2});
-  Array preds = make(DType::kInt64, {2}, {0, 1}), target = make(DType::kInt64, {2}, {1, 1});
+  HostTensor cm = zeros_int64({2, 2});
+  HostTensor preds = make(DType::kInt64, {2}, {0, 1}), target = make(DType::kInt64, {2}, {1, 1});
   cm.device = preds.device = target.device = {kDLCUDA, 0};
   if (!concord::testing::cuda_kernels_run_here()) {
     // Host memory posing as CUDA tensors must never reach a GPU; without a
@@ -575,7 +539,7 @@ TEST_CASE("metric updates on CUDA tensors: one device, and the CUDA plugin", "[m
     }
   }
   // Validation runs for CUDA tensors as for CPU ones.
-  Array scores = make(DType::kFloat32, {2, 3}, {0, 1, 2, 3, 4, 5});
+  HostTensor scores = make(DType::kFloat32, {2, 3}, {0, 1, 2, 3, 4, 5});
   scores.device = cm.device;
   require_error([&] { confusion_matrix(cm.view(), scores.view(), target.view()); },
                 StatusCode::kInvalidArgument,
@@ -586,8 +550,8 @@ TEST_CASE("metric updates on CUDA tensors: one device, and the CUDA plugin", "[m
                 StatusCode::kInvalidArgument,
                 "confusion_matrix: target is on cpu but confusion is on cuda:0; pass tensors on "
                 "one device");
-  Array state = float64_state({0, 0});
-  Array values = make(DType::kFloat32, {1}, {1});
+  HostTensor state = float64_state({0, 0});
+  HostTensor values = make(DType::kFloat32, {1}, {1});
   values.device = {kDLCUDA, 1};
   require_error([&] { weighted_sum(state.view(), values.view(), nullptr); },
                 StatusCode::kInvalidArgument,
@@ -607,11 +571,11 @@ TEST_CASE("binary_confusion thresholds probabilities with >=", "[metrics]") {
           auto p = random_probs(rng, n);
           sprinkle_nan(rng, p, 0.01);
           const auto t = random_ints(rng, n, 0, 1);
-          Array preds = make(pred_type, {n}, p), target = make(target_type, {n}, t);
+          HostTensor preds = make(pred_type, {n}, p), target = make(target_type, {n}, t);
           const auto start = random_counts(rng, 4);
-          Array cm = int64_state({2, 2}, start);
+          HostTensor cm = int64_state({2, 2}, start);
           binary_confusion(cm.view(), preds.view(), target.view(), threshold);
-          CHECK(cm.ints() == plus(start, ref_binary(p, true, t, threshold)));
+          CHECK(cm.as<std::int64_t>() == plus(start, ref_binary(p, true, t, threshold)));
         }
 }
 
@@ -622,10 +586,10 @@ TEST_CASE("binary_confusion counts 0/1 label predictions", "[metrics]") {
                             DType::kBool}) {
       CAPTURE(n, concord::dtype_name(pred_type));
       const auto p = random_ints(rng, n, 0, 1), t = random_ints(rng, n, 0, 1);
-      Array preds = make(pred_type, {n}, p), target = make(DType::kInt32, {n}, t);
-      Array cm = zeros_int64({2, 2});
+      HostTensor preds = make(pred_type, {n}, p), target = make(DType::kInt32, {n}, t);
+      HostTensor cm = zeros_int64({2, 2});
       binary_confusion(cm.view(), preds.view(), target.view(), 0.5);
-      CHECK(cm.ints() == ref_binary(p, false, t, 0.5));
+      CHECK(cm.as<std::int64_t>() == ref_binary(p, false, t, 0.5));
     }
 }
 
@@ -634,38 +598,38 @@ TEST_CASE("binary_confusion: incremental updates and errors", "[metrics]") {
   const std::int64_t n = 100003;
   const auto p = random_probs(rng, n);
   auto t = random_ints(rng, n, 0, 1);
-  Array preds = make(DType::kFloat32, {n}, p), target = make(DType::kInt8, {n}, t);
-  Array whole = zeros_int64({2, 2}), split = zeros_int64({2, 2});
+  HostTensor preds = make(DType::kFloat32, {n}, p), target = make(DType::kInt8, {n}, t);
+  HostTensor whole = zeros_int64({2, 2}), split = zeros_int64({2, 2});
   binary_confusion(whole.view(), preds.view(), target.view(), 0.25);
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 1}, {1, n}}) {
-    Array pr = rows(preds, begin, end), tr = rows(target, begin, end);
+    HostTensor pr = rows(preds, begin, end), tr = rows(target, begin, end);
     binary_confusion(split.view(), pr.view(), tr.view(), 0.25);
   }
-  CHECK(split.ints() == whole.ints());
+  CHECK(split.as<std::int64_t>() == whole.as<std::int64_t>());
 
-  auto call = [&](Array& c, Array& pr, Array& tr, double threshold) {
+  auto call = [&](HostTensor& c, HostTensor& pr, HostTensor& tr, double threshold) {
     return [&, threshold] { binary_confusion(c.view(), pr.view(), tr.view(), threshold); };
   };
   t[90000] = 2;
-  Array bad_target = make(DType::kInt64, {n}, t);
+  HostTensor bad_target = make(DType::kInt64, {n}, t);
   require_invalid_untouched(whole, call(whole, preds, bad_target, 0.5),
                             "binary_confusion: target holds 2 at index 90000, expected 0 or 1");
-  Array label_preds = make(DType::kInt32, {3}, {0, 1, -3});
-  Array three = make(DType::kInt32, {3}, {0, 1, 1});
+  HostTensor label_preds = make(DType::kInt32, {3}, {0, 1, -3});
+  HostTensor three = make(DType::kInt32, {3}, {0, 1, 1});
   require_invalid_untouched(whole, call(whole, label_preds, three, 0.5),
                             "binary_confusion: preds holds -3 at index 2, expected 0 or 1");
-  Array column = make(DType::kFloat32, {3, 1}, {0.1, 0.2, 0.3});
+  HostTensor column = make(DType::kFloat32, {3, 1}, {0.1, 0.2, 0.3});
   require_invalid_untouched(whole, call(whole, column, three, 0.5),
                             "binary_confusion: preds has shape (3, 1), expected (N,) probabilities "
                             "or labels");
-  Array short_target = make(DType::kInt32, {2}, {0, 1});
-  Array probs = make(DType::kFloat32, {3}, {0.1, 0.2, 0.3});
+  HostTensor short_target = make(DType::kInt32, {2}, {0, 1});
+  HostTensor probs = make(DType::kFloat32, {3}, {0.1, 0.2, 0.3});
   require_invalid_untouched(whole, call(whole, probs, short_target, 0.5),
                             "binary_confusion: target has shape (2,), expected (3,) to match "
                             "preds");
   require_invalid_untouched(whole, call(whole, probs, three, kNaN),
                             "binary_confusion: threshold is nan, expected a number");
-  Array wide = zeros_int64({2, 3});
+  HostTensor wide = zeros_int64({2, 3});
   require_invalid_untouched(wide, call(wide, probs, three, 0.5),
                             "binary_confusion: confusion has shape (2, 3), expected (2, 2)");
 }
@@ -684,11 +648,11 @@ TEST_CASE("multilabel_counts counts tp, fp, fn, tn per label", "[metrics]") {
         auto p = probabilities ? random_probs(rng, n * labels) : random_ints(rng, n * labels, 0, 1);
         if (probabilities) sprinkle_nan(rng, p, 0.01);
         const auto t = random_ints(rng, n * labels, 0, 1);
-        Array preds = make(pred_type, {n, labels}, p), target = make(DType::kUInt8, {n, labels}, t);
+        HostTensor preds = make(pred_type, {n, labels}, p), target = make(DType::kUInt8, {n, labels}, t);
         const auto start = random_counts(rng, labels * 4);
-        Array counts = int64_state({labels, 4}, start);
+        HostTensor counts = int64_state({labels, 4}, start);
         multilabel_counts(counts.view(), preds.view(), target.view(), 0.375);
-        CHECK(counts.ints() == plus(start, ref_multilabel(labels, p, probabilities, t, 0.375)));
+        CHECK(counts.as<std::int64_t>() == plus(start, ref_multilabel(labels, p, probabilities, t, 0.375)));
       }
 }
 
@@ -697,37 +661,37 @@ TEST_CASE("multilabel_counts: incremental updates and errors", "[metrics]") {
   const std::int64_t n = 100003, labels = 3;
   const auto p = random_probs(rng, n * labels);
   auto t = random_ints(rng, n * labels, 0, 1);
-  Array preds = make(DType::kFloat64, {n, labels}, p), target = make(DType::kInt64, {n, labels}, t);
-  Array whole = zeros_int64({labels, 4}), split = zeros_int64({labels, 4});
+  HostTensor preds = make(DType::kFloat64, {n, labels}, p), target = make(DType::kInt64, {n, labels}, t);
+  HostTensor whole = zeros_int64({labels, 4}), split = zeros_int64({labels, 4});
   multilabel_counts(whole.view(), preds.view(), target.view(), 0.5);
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 50000}, {50000, n}}) {
-    Array pr = rows(preds, begin, end), tr = rows(target, begin, end);
+    HostTensor pr = rows(preds, begin, end), tr = rows(target, begin, end);
     multilabel_counts(split.view(), pr.view(), tr.view(), 0.5);
   }
-  CHECK(split.ints() == whole.ints());
+  CHECK(split.as<std::int64_t>() == whole.as<std::int64_t>());
 
-  auto call = [&](Array& c, Array& pr, Array& tr) {
+  auto call = [&](HostTensor& c, HostTensor& pr, HostTensor& tr) {
     return [&] { multilabel_counts(c.view(), pr.view(), tr.view(), 0.5); };
   };
   t[3 * 60000 + 2] = 5;
-  Array bad_target = make(DType::kInt64, {n, labels}, t);
+  HostTensor bad_target = make(DType::kInt64, {n, labels}, t);
   require_invalid_untouched(whole, call(whole, preds, bad_target),
                             "multilabel_counts: target holds 5 at index (60000, 2), expected 0 "
                             "or 1");
-  Array label_preds = make(DType::kInt8, {2, 3}, {0, 1, 0, 1, 9, 0});
-  Array small_target = make(DType::kInt8, {2, 3}, {0, 1, 0, 1, 1, 0});
+  HostTensor label_preds = make(DType::kInt8, {2, 3}, {0, 1, 0, 1, 9, 0});
+  HostTensor small_target = make(DType::kInt8, {2, 3}, {0, 1, 0, 1, 1, 0});
   require_invalid_untouched(whole, call(whole, label_preds, small_target),
                             "multilabel_counts: preds holds 9 at index (1, 1), expected 0 or 1");
-  Array narrow = make(DType::kFloat32, {4, 2}, std::vector<double>(8, 0.5));
+  HostTensor narrow = make(DType::kFloat32, {4, 2}, std::vector<double>(8, 0.5));
   require_invalid_untouched(whole, call(whole, narrow, small_target),
                             "multilabel_counts: preds has shape (4, 2), expected (N, 3) to match "
                             "counts (3, 4)");
-  Array probs = make(DType::kFloat32, {2, 3}, std::vector<double>(6, 0.5));
-  Array transposed = make(DType::kInt8, {3, 2}, std::vector<double>(6, 1));
+  HostTensor probs = make(DType::kFloat32, {2, 3}, std::vector<double>(6, 0.5));
+  HostTensor transposed = make(DType::kInt8, {3, 2}, std::vector<double>(6, 1));
   require_invalid_untouched(whole, call(whole, probs, transposed),
                             "multilabel_counts: target has shape (3, 2), expected (2, 3) to match "
                             "preds");
-  Array flat = zeros_int64({12});
+  HostTensor flat = zeros_int64({12});
   require_invalid_untouched(flat, call(flat, probs, small_target),
                             "multilabel_counts: counts has shape (12,), expected (L, 4): tp, fp, "
                             "fn, tn per label");
@@ -747,10 +711,10 @@ TEST_CASE("topk_correct counts targets among the top k, ties in the target's fav
           auto s = random_scores(rng, n * C);
           sprinkle_nan(rng, s, 0.01);
           const auto t = random_ints(rng, n, 0, C - 1);
-          Array scores = make(score_type, {n, C}, s), target = make(DType::kInt32, {n}, t);
-          Array counts = int64_state({2}, {5, 9});
+          HostTensor scores = make(score_type, {n, C}, s), target = make(DType::kInt32, {n}, t);
+          HostTensor counts = int64_state({2}, {5, 9});
           topk_correct(counts.view(), scores.view(), target.view(), k);
-          CHECK(counts.ints() == plus({5, 9}, ref_topk(C, s, t, k)));
+          CHECK(counts.as<std::int64_t>() == plus({5, 9}, ref_topk(C, s, t, k)));
         }
 }
 
@@ -759,33 +723,33 @@ TEST_CASE("topk_correct: incremental updates and errors", "[metrics]") {
   const std::int64_t n = 100003, C = 10;
   const auto s = random_scores(rng, n * C);
   auto t = random_ints(rng, n, 0, C - 1);
-  Array scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt64, {n}, t);
-  Array whole = zeros_int64({2}), split = zeros_int64({2});
+  HostTensor scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt64, {n}, t);
+  HostTensor whole = zeros_int64({2}), split = zeros_int64({2});
   topk_correct(whole.view(), scores.view(), target.view(), 3);
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 1024}, {1024, n}}) {
-    Array sr = rows(scores, begin, end), tr = rows(target, begin, end);
+    HostTensor sr = rows(scores, begin, end), tr = rows(target, begin, end);
     topk_correct(split.view(), sr.view(), tr.view(), 3);
   }
-  CHECK(split.ints() == whole.ints());
+  CHECK(split.as<std::int64_t>() == whole.as<std::int64_t>());
 
-  auto call = [&](Array& c, Array& sc, Array& tr, std::int64_t k) {
+  auto call = [&](HostTensor& c, HostTensor& sc, HostTensor& tr, std::int64_t k) {
     return [&, k] { topk_correct(c.view(), sc.view(), tr.view(), k); };
   };
   t[99999] = -2;
-  Array bad_target = make(DType::kInt64, {n}, t);
+  HostTensor bad_target = make(DType::kInt64, {n}, t);
   require_invalid_untouched(whole, call(whole, scores, bad_target, 1),
                             "topk_correct: target holds -2 at index 99999, outside [0, 10)");
-  Array small = make(DType::kFloat32, {2, 3}, std::vector<double>(6, 0.0));
-  Array two = make(DType::kInt64, {2}, {0, 1});
+  HostTensor small = make(DType::kFloat32, {2, 3}, std::vector<double>(6, 0.0));
+  HostTensor two = make(DType::kInt64, {2}, {0, 1});
   require_invalid_untouched(whole, call(whole, small, two, 0),
                             "topk_correct: k is 0, expected 1 <= k <= 3 (the number of classes)");
   require_invalid_untouched(whole, call(whole, small, two, 4),
                             "topk_correct: k is 4, expected 1 <= k <= 3 (the number of classes)");
-  Array labels = make(DType::kFloat32, {2}, {0, 1});
+  HostTensor labels = make(DType::kFloat32, {2}, {0, 1});
   require_invalid_untouched(whole, call(whole, labels, two, 1),
                             "topk_correct: preds has shape (2,), expected (N, C) scores with C "
                             ">= 1");
-  Array three = make(DType::kInt64, {3}, {0, 1, 2});
+  HostTensor three = make(DType::kInt64, {3}, {0, 1, 2});
   require_invalid_untouched(whole, call(whole, small, three, 1),
                             "topk_correct: target has shape (3,), expected (2,) to match preds");
 }
@@ -800,11 +764,11 @@ TEST_CASE("binary_histogram bins scores by class", "[metrics]") {
         CAPTURE(bins, n, concord::dtype_name(score_type));
         const auto s = random_probs(rng, n);
         const auto t = random_ints(rng, n, 0, 1);
-        Array scores = make(score_type, {n}, s), target = make(DType::kBool, {n}, t);
+        HostTensor scores = make(score_type, {n}, s), target = make(DType::kBool, {n}, t);
         const auto start = random_counts(rng, 2 * bins);
-        Array h = int64_state({2, bins}, start);
+        HostTensor h = int64_state({2, bins}, start);
         binary_histogram(h.view(), scores.view(), target.view());
-        CHECK(h.ints() == plus(start, ref_histogram(bins, s, t)));
+        CHECK(h.as<std::int64_t>() == plus(start, ref_histogram(bins, s, t)));
       }
 }
 
@@ -813,44 +777,44 @@ TEST_CASE("binary_histogram: incremental updates and errors", "[metrics]") {
   const std::int64_t n = 100003, bins = 100;
   auto s = random_probs(rng, n);
   auto t = random_ints(rng, n, 0, 1);
-  Array scores = make(DType::kFloat32, {n}, s), target = make(DType::kInt32, {n}, t);
-  Array whole = zeros_int64({2, bins}), split = zeros_int64({2, bins});
+  HostTensor scores = make(DType::kFloat32, {n}, s), target = make(DType::kInt32, {n}, t);
+  HostTensor whole = zeros_int64({2, bins}), split = zeros_int64({2, bins});
   binary_histogram(whole.view(), scores.view(), target.view());
   for (auto [begin, end] : {std::pair<std::int64_t, std::int64_t>{0, 0}, {0, 7}, {7, n}}) {
-    Array sr = rows(scores, begin, end), tr = rows(target, begin, end);
+    HostTensor sr = rows(scores, begin, end), tr = rows(target, begin, end);
     binary_histogram(split.view(), sr.view(), tr.view());
   }
-  CHECK(split.ints() == whole.ints());
+  CHECK(split.as<std::int64_t>() == whole.as<std::int64_t>());
 
-  auto call = [&](Array& h, Array& sc, Array& tr) {
+  auto call = [&](HostTensor& h, HostTensor& sc, HostTensor& tr) {
     return [&] { binary_histogram(h.view(), sc.view(), tr.view()); };
   };
   s[88888] = 1.5;
-  Array high = make(DType::kFloat32, {n}, s);
+  HostTensor high = make(DType::kFloat32, {n}, s);
   require_invalid_untouched(whole, call(whole, high, target),
                             "binary_histogram: scores holds 1.5 at index 88888, outside [0, 1]");
   s[88888] = 0.5;
   s[2000] = kNaN;
-  Array nan_scores = make(DType::kFloat64, {n}, s);
+  HostTensor nan_scores = make(DType::kFloat64, {n}, s);
   require_invalid_untouched(whole, call(whole, nan_scores, target),
                             "binary_histogram: scores holds nan at index 2000, outside [0, 1]");
-  Array fp16_neg = make(DType::kFloat16, {2}, {0.5, -0.25});
-  Array two = make(DType::kInt32, {2}, {0, 1});
+  HostTensor fp16_neg = make(DType::kFloat16, {2}, {0.5, -0.25});
+  HostTensor two = make(DType::kInt32, {2}, {0, 1});
   require_invalid_untouched(whole, call(whole, fp16_neg, two),
                             "binary_histogram: scores holds -0.25 at index 1, outside [0, 1]");
-  Array f32 = make(DType::kFloat32, {2}, {0.1, 0.0});
+  HostTensor f32 = make(DType::kFloat32, {2}, {0.1, 0.0});
   require_invalid_untouched(whole, call(whole, f32, f32),
                             "binary_histogram: target has dtype float32, expected integer labels "
                             "(int8, int32, int64, uint8 or bool)");
-  Array f32_target = make(DType::kFloat32, {2}, {0.1, 0.0});
-  Array bad_t = make(DType::kInt32, {2}, {0, 3});
+  HostTensor f32_target = make(DType::kFloat32, {2}, {0.1, 0.0});
+  HostTensor bad_t = make(DType::kInt32, {2}, {0, 3});
   require_invalid_untouched(whole, call(whole, f32_target, bad_t),
                             "binary_histogram: target holds 3 at index 1, expected 0 or 1");
-  Array int_scores = make(DType::kInt32, {2}, {0, 1});
+  HostTensor int_scores = make(DType::kInt32, {2}, {0, 1});
   require_invalid_untouched(whole, call(whole, int_scores, two),
                             "binary_histogram: scores has dtype int32, expected scores (float16, "
                             "bfloat16, float32 or float64)");
-  Array three_rows = zeros_int64({3, bins});
+  HostTensor three_rows = zeros_int64({3, bins});
   require_invalid_untouched(three_rows, call(three_rows, f32, two),
                             "binary_histogram: histogram has shape (3, 100), expected (2, B) "
                             "with B >= 1 bins");
@@ -877,8 +841,8 @@ TEST_CASE("weighted_sum accumulates sum(values * weights) and sum(weights)", "[m
         CAPTURE(n, concord::dtype_name(value_type), weighted, concord::dtype_name(weight_type));
         const auto v = values_for(value_type, n);
         const auto w = weighted ? random_ints(rng, n, 0, 100) : std::vector<double>(n, 1.0);
-        Array values = make(value_type, {n}, v), weights = make(weight_type, {n}, w);
-        Array state = float64_state({1.5, 2.0});
+        HostTensor values = make(value_type, {n}, v), weights = make(weight_type, {n}, w);
+        HostTensor state = float64_state({1.5, 2.0});
         const TensorView weight_view = weights.view();
         weighted_sum(state.view(), values.view(), weighted ? &weight_view : nullptr);
         double sum = 1.5, total = 2.0;
@@ -886,47 +850,47 @@ TEST_CASE("weighted_sum accumulates sum(values * weights) and sum(weights)", "[m
           sum += v[i] * w[i];
           total += w[i];
         }
-        CHECK(state.doubles() == std::vector<double>{sum, total});
+        CHECK(state.as<double>() == std::vector<double>{sum, total});
       }
 }
 
 TEST_CASE("weighted_sum: shape errors, NaN, bool bytes, 0-d values, accumulation", "[metrics]") {
-  Array state = float64_state({0, 0});
-  Array matrix = make(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
-  Array weights = make(DType::kFloat32, {2, 3}, {1, 1, 1, 0, 0, 2});
+  HostTensor state = float64_state({0, 0});
+  HostTensor matrix = make(DType::kFloat32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  HostTensor weights = make(DType::kFloat32, {2, 3}, {1, 1, 1, 0, 0, 2});
   const TensorView weight_view = weights.view();
   weighted_sum(state.view(), matrix.view(), &weight_view);
-  CHECK(state.doubles() == std::vector<double>{18, 5});
+  CHECK(state.as<double>() == std::vector<double>{18, 5});
 
-  Array flat = make(DType::kFloat32, {6}, {1, 1, 1, 1, 1, 1});
+  HostTensor flat = make(DType::kFloat32, {6}, {1, 1, 1, 1, 1, 1});
   const TensorView flat_view = flat.view();
   require_invalid_untouched(
       state, [&] { weighted_sum(state.view(), matrix.view(), &flat_view); },
       "weighted_sum: weights has shape (6,), expected (2, 3) to match values");
-  Array three = float64_state({0, 0, 0});
+  HostTensor three = float64_state({0, 0, 0});
   require_invalid_untouched(
       three, [&] { weighted_sum(three.view(), flat.view(), nullptr); },
       "weighted_sum: state has shape (3,), expected (2,)");
-  Array f32_state = make(DType::kFloat32, {2}, {0, 0});
+  HostTensor f32_state = make(DType::kFloat32, {2}, {0, 0});
   require_invalid_untouched(
       f32_state, [&] { weighted_sum(f32_state.view(), flat.view(), nullptr); },
       "weighted_sum: state has dtype float32, expected float64");
 
-  Array with_nan = make(DType::kBFloat16, {3}, {1, kNaN, 2});
-  Array fresh = float64_state({0, 0});
+  HostTensor with_nan = make(DType::kBFloat16, {3}, {1, kNaN, 2});
+  HostTensor fresh = float64_state({0, 0});
   weighted_sum(fresh.view(), with_nan.view(), nullptr);
-  CHECK(std::isnan(fresh.doubles()[0]));  // NaN propagates, as in a sum
-  CHECK(fresh.doubles()[1] == 3);
+  CHECK(std::isnan(fresh.as<double>()[0]));  // NaN propagates, as in a sum
+  CHECK(fresh.as<double>()[1] == 3);
 
-  Array bools = make(DType::kBool, {3}, {1, 0, 1});
+  HostTensor bools = make(DType::kBool, {3}, {1, 0, 1});
   bools.bytes[2] = 9;  // any nonzero byte is true
-  Array counted = float64_state({0, 0});
+  HostTensor counted = float64_state({0, 0});
   weighted_sum(counted.view(), bools.view(), nullptr);
-  CHECK(counted.doubles() == std::vector<double>{2, 3});
+  CHECK(counted.as<double>() == std::vector<double>{2, 3});
 
-  Array scalar = make(DType::kInt64, {}, {7});
+  HostTensor scalar = make(DType::kInt64, {}, {7});
   weighted_sum(counted.view(), scalar.view(), nullptr);
-  CHECK(counted.doubles() == std::vector<double>{9, 4});
+  CHECK(counted.as<double>() == std::vector<double>{9, 4});
 }
 
 TEST_CASE("max and min skip NaN and keep the state on empty input", "[metrics]") {
@@ -940,9 +904,9 @@ TEST_CASE("max and min skip NaN and keep the state on empty input", "[metrics]")
                : dtype == DType::kUInt8 ? random_ints(rng, n, 0, 255)
                                         : random_ints(rng, n, -128, 127);
       if (floating) sprinkle_nan(rng, v, 0.1);
-      Array values = make(dtype, {n}, v);
+      HostTensor values = make(dtype, {n}, v);
       for (double start : {-kNaN, -1000.0, 0.5, 1000.0}) {
-        Array hi = float64_state({start}), lo = float64_state({start});
+        HostTensor hi = float64_state({start}), lo = float64_state({start});
         max_value(hi.view(), values.view());
         min_value(lo.view(), values.view());
         double ref_hi = start, ref_lo = start;
@@ -952,26 +916,26 @@ TEST_CASE("max and min skip NaN and keep the state on empty input", "[metrics]")
           if (std::isnan(ref_lo) || x < ref_lo) ref_lo = x;
         }
         if (std::isnan(ref_hi)) {
-          CHECK(std::isnan(hi.doubles()[0]));
-          CHECK(std::isnan(lo.doubles()[0]));
+          CHECK(std::isnan(hi.as<double>()[0]));
+          CHECK(std::isnan(lo.as<double>()[0]));
         } else {
-          CHECK(hi.doubles()[0] == ref_hi);
-          CHECK(lo.doubles()[0] == ref_lo);
+          CHECK(hi.as<double>()[0] == ref_hi);
+          CHECK(lo.as<double>()[0] == ref_lo);
         }
       }
     }
 
-  Array all_nan = make(DType::kFloat32, {3}, {kNaN, kNaN, kNaN});
-  Array state = float64_state({4.0});
+  HostTensor all_nan = make(DType::kFloat32, {3}, {kNaN, kNaN, kNaN});
+  HostTensor state = float64_state({4.0});
   max_value(state.view(), all_nan.view());
-  CHECK(state.doubles()[0] == 4.0);
+  CHECK(state.as<double>()[0] == 4.0);
 
-  Array values = make(DType::kFloat32, {1}, {1});
-  Array two = float64_state({0, 0});
+  HostTensor values = make(DType::kFloat32, {1}, {1});
+  HostTensor two = float64_state({0, 0});
   require_invalid_untouched(
       two, [&] { max_value(two.view(), values.view()); },
       "max: state has shape (2,), expected (1,)");
-  Array ints = zeros_int64({1});
+  HostTensor ints = zeros_int64({1});
   require_invalid_untouched(
       ints, [&] { min_value(ints.view(), values.view()); },
       "min: state has dtype int64, expected float64");
@@ -1005,13 +969,13 @@ TEST_CASE("metric kernels are found by name and take their inputs in signature o
   CHECK(std::string(h.inputs[0]) == "scores");
   CHECK(std::string(h.inputs[1]) == "target");
 
-  Array cm = zeros_int64({2, 2});
-  Array preds = make(DType::kInt64, {2}, {0, 1}), target = make(DType::kInt64, {2}, {1, 1});
+  HostTensor cm = zeros_int64({2, 2});
+  HostTensor preds = make(DType::kInt64, {2}, {0, 1}), target = make(DType::kInt64, {2}, {1, 1});
   require_invalid_untouched(
       cm, [&] { update(MetricKernel::kConfusionMatrix, cm.view(), {preds.view()}); },
       "confusion_matrix: got 1 input; it takes preds, target");
-  Array state = float64_state({0, 0});
-  Array values = make(DType::kFloat32, {2}, {1, 2});
+  HostTensor state = float64_state({0, 0});
+  HostTensor values = make(DType::kFloat32, {2}, {1, 2});
   require_invalid_untouched(
       state,
       [&] {
@@ -1033,11 +997,11 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
   SECTION("confusion_matrix") {
     const auto s = random_scores(rng, n * C);
     const auto t = random_ints(rng, n, 0, C - 1);
-    Array scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt64, {n}, t);
-    Array cm = zeros_int64({C, C});
+    HostTensor scores = make(DType::kFloat32, {n, C}, s), target = make(DType::kInt64, {n}, t);
+    HostTensor cm = zeros_int64({C, C});
     DLTensor dcm = cm.dl(), ds = scores.dl(), dt = target.dl();
     REQUIRE(update_metric("confusion_matrix", &dcm, {&ds, &dt}) == CONCORD_OK);
-    CHECK(cm.ints() == ref_confusion(C, s, true, t));
+    CHECK(cm.as<std::int64_t>() == ref_confusion(C, s, true, t));
 
     CHECK(update_metric("confusion_matrix", &dcm, {nullptr, &dt}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "confusion_matrix: preds tensor is NULL");
@@ -1059,17 +1023,17 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
     CHECK(std::string(concord_last_error()) ==
           "confusion_matrix: target is on cpu but confusion is on cuda:0; pass tensors on one "
           "device");
-    CHECK(cm.ints() == ref_confusion(C, s, true, t));
+    CHECK(cm.as<std::int64_t>() == ref_confusion(C, s, true, t));
   }
 
   SECTION("binary_confusion") {
     const auto p = random_probs(rng, n);
     const auto t = random_ints(rng, n, 0, 1);
-    Array preds = make(DType::kFloat16, {n}, p), target = make(DType::kUInt8, {n}, t);
-    Array cm = zeros_int64({2, 2});
+    HostTensor preds = make(DType::kFloat16, {n}, p), target = make(DType::kUInt8, {n}, t);
+    HostTensor cm = zeros_int64({2, 2});
     DLTensor dcm = cm.dl(), dp = preds.dl(), dt = target.dl();
     REQUIRE(update_metric("binary_confusion", &dcm, {&dp, &dt}, 0.75) == CONCORD_OK);
-    CHECK(cm.ints() == ref_binary(p, true, t, 0.75));
+    CHECK(cm.as<std::int64_t>() == ref_binary(p, true, t, 0.75));
     CHECK(update_metric("binary_confusion", nullptr, {&dp, &dt}, 0.5) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "binary_confusion: confusion tensor is NULL");
   }
@@ -1077,11 +1041,11 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
   SECTION("multilabel_counts") {
     const auto p = random_probs(rng, n * C);
     const auto t = random_ints(rng, n * C, 0, 1);
-    Array preds = make(DType::kBFloat16, {n, C}, p), target = make(DType::kInt8, {n, C}, t);
-    Array counts = zeros_int64({C, 4});
+    HostTensor preds = make(DType::kBFloat16, {n, C}, p), target = make(DType::kInt8, {n, C}, t);
+    HostTensor counts = zeros_int64({C, 4});
     DLTensor dc = counts.dl(), dp = preds.dl(), dt = target.dl();
     REQUIRE(update_metric("multilabel_counts", &dc, {&dp, &dt}, 0.5) == CONCORD_OK);
-    CHECK(counts.ints() == ref_multilabel(C, p, true, t, 0.5));
+    CHECK(counts.as<std::int64_t>() == ref_multilabel(C, p, true, t, 0.5));
     DLTensor short_target = dt;
     std::int64_t shape[2] = {n - 1, C};
     short_target.shape = shape;
@@ -1094,11 +1058,11 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
   SECTION("topk_correct") {
     const auto s = random_scores(rng, n * C);
     const auto t = random_ints(rng, n, 0, C - 1);
-    Array scores = make(DType::kFloat64, {n, C}, s), target = make(DType::kInt32, {n}, t);
-    Array counts = zeros_int64({2});
+    HostTensor scores = make(DType::kFloat64, {n, C}, s), target = make(DType::kInt32, {n}, t);
+    HostTensor counts = zeros_int64({2});
     DLTensor dc = counts.dl(), ds = scores.dl(), dt = target.dl();
     REQUIRE(update_metric("topk_correct", &dc, {&ds, &dt}, 0.5, 2) == CONCORD_OK);
-    CHECK(counts.ints() == ref_topk(C, s, t, 2));
+    CHECK(counts.as<std::int64_t>() == ref_topk(C, s, t, 2));
     CHECK(update_metric("topk_correct", &dc, {&ds, &dt}, 0.5, 5) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) ==
           "topk_correct: k is 5, expected 1 <= k <= 3 (the number of classes)");
@@ -1107,11 +1071,11 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
   SECTION("binary_histogram") {
     const auto s = random_probs(rng, n);
     const auto t = random_ints(rng, n, 0, 1);
-    Array scores = make(DType::kFloat32, {n}, s), target = make(DType::kInt64, {n}, t);
-    Array h = zeros_int64({2, 16});
+    HostTensor scores = make(DType::kFloat32, {n}, s), target = make(DType::kInt64, {n}, t);
+    HostTensor h = zeros_int64({2, 16});
     DLTensor dh = h.dl(), ds = scores.dl(), dt = target.dl();
     REQUIRE(update_metric("binary_histogram", &dh, {&ds, &dt}) == CONCORD_OK);
-    CHECK(h.ints() == ref_histogram(16, s, t));
+    CHECK(h.as<std::int64_t>() == ref_histogram(16, s, t));
     DLTensor wrong = dh;
     wrong.dtype = {kDLFloat, 64, 1};
     CHECK(update_metric("binary_histogram", &wrong, {&ds, &dt}) == CONCORD_ERR_INVALID_ARGUMENT);
@@ -1120,22 +1084,22 @@ TEST_CASE("metric updates through the C ABI", "[metrics]") {
   }
 
   SECTION("weighted_sum, max and min") {
-    Array values = make(DType::kFloat32, {4}, {1, kNaN, -2, 5});
-    Array clean = make(DType::kInt8, {3}, {1, -2, 5});
-    Array weights = make(DType::kUInt8, {3}, {2, 1, 0});
-    Array state = float64_state({0, 0});
+    HostTensor values = make(DType::kFloat32, {4}, {1, kNaN, -2, 5});
+    HostTensor clean = make(DType::kInt8, {3}, {1, -2, 5});
+    HostTensor weights = make(DType::kUInt8, {3}, {2, 1, 0});
+    HostTensor state = float64_state({0, 0});
     DLTensor ds = state.dl(), dc = clean.dl(), dw = weights.dl();
     REQUIRE(update_metric("weighted_sum", &ds, {&dc, &dw}) == CONCORD_OK);
-    CHECK(state.doubles() == std::vector<double>{0, 3});
+    CHECK(state.as<double>() == std::vector<double>{0, 3});
     REQUIRE(update_metric("weighted_sum", &ds, {&dc, nullptr}) == CONCORD_OK);
-    CHECK(state.doubles() == std::vector<double>{4, 6});
+    CHECK(state.as<double>() == std::vector<double>{4, 6});
 
-    Array hi = float64_state({-kNaN}), lo = float64_state({-kNaN});
+    HostTensor hi = float64_state({-kNaN}), lo = float64_state({-kNaN});
     DLTensor dhi = hi.dl(), dlo = lo.dl(), dv = values.dl();
     REQUIRE(update_metric("max", &dhi, {&dv}) == CONCORD_OK);
     REQUIRE(update_metric("min", &dlo, {&dv}) == CONCORD_OK);
-    CHECK(hi.doubles()[0] == 5);
-    CHECK(lo.doubles()[0] == -2);
+    CHECK(hi.as<double>()[0] == 5);
+    CHECK(lo.as<double>()[0] == -2);
     CHECK(update_metric("max", &dhi, {nullptr}) == CONCORD_ERR_INVALID_ARGUMENT);
     CHECK(std::string(concord_last_error()) == "max: values tensor is NULL");
     CHECK(update_metric("min", &dv, {&dv}) == CONCORD_ERR_INVALID_ARGUMENT);

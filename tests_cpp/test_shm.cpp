@@ -24,12 +24,14 @@
 #include "kernels/half.hpp"
 #include "rendezvous/store.hpp"
 #include "env_guard.hpp"
+#include "host_tensor.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
 
 using namespace concord;
 using concord::testing::contains;
 using concord::testing::EnvGuard;
+using concord::testing::HostTensor;
 using concord::testing::spawn_ranks;
 using concord::testing::status_of;
 
@@ -41,51 +43,11 @@ constexpr DType kAllDTypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
                                 ReduceOp::kMean};
 
-// Typed buffer holding values given as doubles.
-struct Buffer {
-  DType dtype;
-  std::vector<unsigned char> bytes;
-
-  Buffer(DType t, std::size_t n) : dtype(t), bytes(n * dtype_size(t)) {}
-  std::size_t size() const { return bytes.size() / dtype_size(dtype); }
-  void* data() { return bytes.data(); }
-
-  double get(std::size_t i) const {
-    const unsigned char* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::kFloat16: { std::uint16_t h; std::memcpy(&h, p, 2); return fp16_to_float(h); }
-      case DType::kBFloat16: { std::uint16_t h; std::memcpy(&h, p, 2); return bf16_to_float(h); }
-      case DType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DType::kInt8: return static_cast<std::int8_t>(*p);
-      case DType::kInt32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
-      case DType::kInt64: { std::int64_t v; std::memcpy(&v, p, 8); return double(v); }
-      case DType::kUInt8:
-      case DType::kBool: return *p;
-    }
-    return 0;
-  }
-  void set(std::size_t i, double v) {
-    unsigned char* p = bytes.data() + i * dtype_size(dtype);
-    switch (dtype) {
-      case DType::kFloat16: { auto h = float_to_fp16(float(v)); std::memcpy(p, &h, 2); break; }
-      case DType::kBFloat16: { auto h = float_to_bf16(float(v)); std::memcpy(p, &h, 2); break; }
-      case DType::kFloat32: { float f = float(v); std::memcpy(p, &f, 4); break; }
-      case DType::kFloat64: std::memcpy(p, &v, 8); break;
-      case DType::kInt8: *reinterpret_cast<std::int8_t*>(p) = std::int8_t(v); break;
-      case DType::kInt32: { auto x = std::int32_t(v); std::memcpy(p, &x, 4); break; }
-      case DType::kInt64: { auto x = std::int64_t(v); std::memcpy(p, &x, 8); break; }
-      case DType::kUInt8:
-      case DType::kBool: *p = static_cast<unsigned char>(v); break;
-    }
-  }
-  TensorView view() { return TensorView::flat(bytes.data(), std::int64_t(size()), dtype, Device{}); }
-};
 
 // Small values so integer sums and products of four ranks never overflow.
-Buffer random_buffer(DType dtype, std::size_t n, std::uint64_t seed) {
+HostTensor random_buffer(DType dtype, std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  Buffer b(dtype, n);
+  HostTensor b(dtype, {std::int64_t(n)});
   std::uniform_real_distribution<double> real(-1.0, 1.0);
   std::uniform_int_distribution<int> small(-3, 3), unsigned_small(0, 3), bit(0, 1);
   for (std::size_t i = 0; i < n; ++i) {
@@ -129,8 +91,8 @@ double tolerance(DType dtype, double expected) {
 std::uint64_t seed_of(int rank, int case_id) { return 1000003ull * case_id + 7919ull * rank + 17; }
 
 // Checks out[i] against the reduction of the inputs of all ranks.
-std::string compare_reduced(const Buffer& out, std::size_t offset, ReduceOp op,
-                            const std::vector<Buffer>& inputs, std::size_t input_offset) {
+std::string compare_reduced(const HostTensor& out, std::size_t offset, ReduceOp op,
+                            const std::vector<HostTensor>& inputs, std::size_t input_offset) {
   const int nranks = int(inputs.size());
   for (std::size_t i = 0; i < out.size() - offset && i < inputs[0].size() - input_offset; ++i) {
     double acc = inputs[0].get(input_offset + i);
@@ -161,14 +123,14 @@ TEST_CASE("all_reduce matches a double-precision reference for every dtype and o
           if (!reduce_op_supported(op, dtype)) continue;
           for (std::size_t n : sizes) {
             ++case_id;
-            std::vector<Buffer> inputs;
+            std::vector<HostTensor> inputs;
             for (int q = 0; q < nranks; ++q) inputs.push_back(random_buffer(dtype, n, seed_of(q, case_id)));
-            Buffer send = inputs[comm.rank()];
-            Buffer recv(dtype, n);
+            HostTensor send = inputs[comm.rank()];
+            HostTensor recv(dtype, {std::int64_t(n)});
             comm.all_reduce(send.view(), recv.view(), op, false);
             std::string error = compare_reduced(recv, 0, op, inputs, 0);
             // In place: the same result, bit for bit.
-            Buffer inplace = inputs[comm.rank()];
+            HostTensor inplace = inputs[comm.rank()];
             comm.all_reduce(inplace.view(), inplace.view(), op, false);
             if (error.empty() && inplace.bytes != recv.bytes) error = "in-place result differs";
             if (error.empty() && send.bytes != inputs[comm.rank()].bytes) error = "send was modified";
@@ -189,12 +151,12 @@ TEST_CASE("large all_reduce pipelines through many chunks and ranks agree bitwis
   env.set("CONCORD_SHM_CHUNK_BYTES", "65536");
   const std::size_t n = 1000003;
   for (int nranks : {2, 3, 4}) {
-    std::vector<Buffer> outputs(nranks, Buffer(DType::kFloat32, 0));
+    std::vector<HostTensor> outputs(nranks, HostTensor(DType::kFloat32, {0}));
     std::vector<std::string> failures(nranks);
     spawn_ranks(nranks, [&](Communicator& comm) {
-      std::vector<Buffer> inputs;
+      std::vector<HostTensor> inputs;
       for (int q = 0; q < nranks; ++q) inputs.push_back(random_buffer(DType::kFloat32, n, seed_of(q, 99)));
-      Buffer recv(DType::kFloat32, n);
+      HostTensor recv(DType::kFloat32, {std::int64_t(n)});
       comm.all_reduce(inputs[comm.rank()].view(), recv.view(), ReduceOp::kSum, false);
       failures[comm.rank()] = compare_reduced(recv, 0, ReduceOp::kSum, inputs, 0);
       outputs[comm.rank()] = std::move(recv);
@@ -222,10 +184,10 @@ TEST_CASE("all_gather, reduce_scatter and broadcast match references", "[shm]") 
       for (DType dtype : kAllDTypes)
         for (std::size_t n : sizes) {
           ++case_id;
-          std::vector<Buffer> inputs;
+          std::vector<HostTensor> inputs;
           for (int q = 0; q < nranks; ++q) inputs.push_back(random_buffer(dtype, n, seed_of(q, case_id)));
 
-          Buffer gathered(dtype, n * nranks);
+          HostTensor gathered(dtype, {std::int64_t(n * nranks)});
           comm.all_gather(inputs[comm.rank()].view(), gathered.view(), false);
           for (int q = 0; q < nranks && n != 0; ++q)
             if (std::memcmp(gathered.bytes.data() + q * inputs[q].bytes.size(), inputs[q].bytes.data(),
@@ -233,16 +195,16 @@ TEST_CASE("all_gather, reduce_scatter and broadcast match references", "[shm]") 
               note(concat("all_gather block ", q, " differs"));
 
           const int root = int(case_id % nranks);
-          Buffer received(dtype, n);
-          Buffer& source = comm.rank() == root ? inputs[root] : received;
+          HostTensor received(dtype, {std::int64_t(n)});
+          HostTensor& source = comm.rank() == root ? inputs[root] : received;
           comm.broadcast(source.view(), received.view(), root, false);
           if (received.bytes != inputs[root].bytes) note(concat("broadcast from root ", root, " differs"));
 
           const ReduceOp op = dtype == DType::kBool ? ReduceOp::kMax : ReduceOp::kSum;
-          std::vector<Buffer> blocks;  // every rank sends nranks blocks of n
+          std::vector<HostTensor> blocks;  // every rank sends nranks blocks of n
           for (int q = 0; q < nranks; ++q)
             blocks.push_back(random_buffer(dtype, n * nranks, seed_of(q, case_id + 5000)));
-          Buffer scattered(dtype, n);
+          HostTensor scattered(dtype, {std::int64_t(n)});
           comm.reduce_scatter(blocks[comm.rank()].view(), scattered.view(), op, false);
           note(compare_reduced(scattered, 0, op, blocks, comm.rank() * n));
         }
@@ -260,12 +222,12 @@ TEST_CASE("asynchronous collectives complete in issue order", "[shm]") {
   const int nranks = 3;
   std::vector<std::string> failures(nranks);
   spawn_ranks(nranks, [&](Communicator& comm) {
-    std::vector<std::vector<Buffer>> inputs(4);
-    std::vector<Buffer> outputs;
+    std::vector<std::vector<HostTensor>> inputs(4);
+    std::vector<HostTensor> outputs;
     std::vector<std::shared_ptr<Work>> works;
     for (int k = 0; k < 4; ++k) {
       for (int q = 0; q < nranks; ++q) inputs[k].push_back(random_buffer(DType::kFloat32, 5000 + k, seed_of(q, 300 + k)));
-      outputs.emplace_back(DType::kFloat32, 5000 + k);
+      outputs.emplace_back(DType::kFloat32, std::vector<std::int64_t>{5000 + k});
     }
     for (int k = 0; k < 3; ++k)
       works.push_back(comm.all_reduce(inputs[k][comm.rank()].view(), outputs[k].view(), ReduceOp::kSum, true));
@@ -521,8 +483,8 @@ TEST_CASE("all_reduce_multi reduces tensors of mixed dtypes in place", "[shm]") 
   spawn_ranks(nranks, [&](Communicator& comm) {
     const DType dtypes[] = {DType::kFloat32, DType::kInt64, DType::kFloat32, DType::kBFloat16, DType::kInt64};
     const std::size_t sizes[] = {7, 0, 1000, 33, 1};
-    std::vector<std::vector<Buffer>> inputs(5);
-    std::vector<Buffer> mine;
+    std::vector<std::vector<HostTensor>> inputs(5);
+    std::vector<HostTensor> mine;
     std::vector<TensorView> views;
     for (int i = 0; i < 5; ++i) {
       for (int q = 0; q < nranks; ++q) inputs[i].push_back(random_buffer(dtypes[i], sizes[i], seed_of(q, 700 + i)));
