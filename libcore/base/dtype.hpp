@@ -1,4 +1,4 @@
-// The element types concord reduces and moves (DESIGN.md §2).
+// The element types concord reduces and moves.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// Gradient buckets (DESIGN.md §2 Bucket, §5 GradientSynchronizer): DDP's
+// Gradient buckets (concord.training.GradientSynchronizer in Python): DDP's
 // bucketed all-reduce for any framework's gradients.
 //
 // A step: mark_ready(i, grad) for every gradient, in any order, as backward
@@ -23,7 +23,7 @@
 // then unpacks, so a failed collective raises from wait() and leaves every
 // packed gradient as it was.
 //
-// CUDA gradients: nothing in a step waits on the host (DESIGN.md §7). Work
+// CUDA gradients: nothing in a step waits on the host. Work
 // is ordered by the caller's CUDA stream, passed to mark_ready() and wait():
 // a gradient is packed on its mark_ready's stream; a bucket's all-reduce is
 // enqueued on NCCL after the work on the stream of the call that launched it

@@ -1,7 +1,7 @@
-// The boundary between libconcord and its CUDA plugin (libconcord_cuda.so,
-// DESIGN.md §3): the plugin holds the CUDA executors and the NCCL backend,
-// so the CPU build runs on machines without CUDA, and libconcord loads it
-// with dlopen when a CUDA tensor first appears.
+// The boundary between libconcord and its CUDA plugin (libconcord_cuda.so):
+// the plugin holds the CUDA executors (kernels/cuda/) and the NCCL backend
+// (comm/nccl/), so the CPU build runs on machines without CUDA, and
+// libconcord loads it with dlopen when a CUDA tensor first appears.
 //
 // Both sides are built from this tree by one toolchain, but nothing C++
 // crosses it that could differ between them: every entry point is a C

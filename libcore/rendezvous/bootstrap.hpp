@@ -1,4 +1,4 @@
-// Where a process finds its rank, world size and store (DESIGN.md §5):
+// Where a process finds its rank, world size and store:
 // explicit arguments first, then CONCORD_*, torchrun (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*),
 // PMI_*, SLURM_*; nothing set means a world of one.

@@ -1,4 +1,4 @@
-// TCP key-value store used for rendezvous only (DESIGN.md §2, §6).
+// TCP key-value store used for rendezvous only.
 //
 // The server binds only to the address it is given, requires the job token
 // on every connection, caps key and value sizes and stores bytes, never code.

@@ -1,5 +1,5 @@
 // One NCCL communicator inside the CUDA plugin, with its stream and its
-// watchdog (DESIGN.md §3, §6).
+// watchdog.
 //
 // Every operation is enqueued on the communicator's own stream after the
 // caller's stream (an event recorded there), and the caller's stream waits on

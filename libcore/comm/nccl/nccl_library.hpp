@@ -1,4 +1,4 @@
-// NCCL, loaded with dlopen inside the CUDA plugin (DESIGN.md §3): the plugin
+// NCCL, loaded with dlopen inside the CUDA plugin: the plugin
 // is built against nccl.h for its types only, so it loads on machines
 // without NCCL and says what it looked for when a communicator needs it.
 //

@@ -1,5 +1,5 @@
 // The shared-memory backend: ranks of one host exchange data through one
-// segment (DESIGN.md §3). Large messages move in pipelined chunks of at most
+// segment. Large messages move in pipelined chunks of at most
 // slot_bytes per rank, so the segment stays bounded for any message size.
 #pragma once
 
