@@ -51,6 +51,16 @@ using concord::cabi::view;
 
 std::chrono::duration<double> seconds(double s) { return std::chrono::duration<double>(s); }
 
+// A collective's send and recv views, made in argument order so that the
+// first bad tensor is the one named.
+struct SendRecv {
+  concord::TensorView send, recv;
+};
+SendRecv send_recv(const DLTensor* send, const DLTensor* recv) {
+  concord::TensorView in = view(send, "send");
+  return {std::move(in), view(recv, "recv")};
+}
+
 void store_work(concord_work_t* out, std::shared_ptr<concord::Work> work) {
   if (out != nullptr) *out = new concord_work{std::move(work)};
 }
@@ -367,33 +377,29 @@ concord_status concord_comm_destroy(concord_comm_t comm) {
 // ---- collectives ---------------------------------------------------------------
 
 concord_status concord_comm_all_reduce(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                  concord_reduce_op op, void* stream, concord_work_t* work) {
+                                       concord_reduce_op op, void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  // Views in argument order, so that the first bad one is the one named.
-  const concord::TensorView in = view(send, "send");
-  const concord::TensorView out = view(recv, "recv");
+  const auto [in, out] = send_recv(send, recv);
   store_work(work, c.all_reduce(in, out, to_reduce_op(op), work != nullptr, stream));
   CONCORD_API_END
 }
 
 concord_status concord_comm_all_gather(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                  void* stream, concord_work_t* work) {
+                                       void* stream, concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  const concord::TensorView in = view(send, "send");
-  const concord::TensorView out = view(recv, "recv");
+  const auto [in, out] = send_recv(send, recv);
   store_work(work, c.all_gather(in, out, work != nullptr, stream));
   CONCORD_API_END
 }
 
-concord_status concord_comm_reduce_scatter(concord_comm_t comm, const DLTensor* send, DLTensor* recv,
-                                      concord_reduce_op op, void* stream,
-                                      concord_work_t* work) {
+concord_status concord_comm_reduce_scatter(concord_comm_t comm, const DLTensor* send,
+                                           DLTensor* recv, concord_reduce_op op, void* stream,
+                                           concord_work_t* work) {
   CONCORD_API_BEGIN
   auto& c = require(comm, "comm").comm();
-  const concord::TensorView in = view(send, "send");
-  const concord::TensorView out = view(recv, "recv");
+  const auto [in, out] = send_recv(send, recv);
   store_work(work, c.reduce_scatter(in, out, to_reduce_op(op), work != nullptr, stream));
   CONCORD_API_END
 }
