@@ -614,3 +614,65 @@ TEST_CASE("an interrupt check applies to the thread that installed it only", "[s
     CHECK(x == 2.0f);
   });
 }
+
+TEST_CASE("large all_gather and broadcast read the peers' buffers once, with the same results",
+          "[shm]") {
+  // Single-copy reads (process_vm_readv) and the segment give the same
+  // bytes, at sizes around the switch between them and for every root;
+  // CONCORD_SHM_CMA_BYTES=0 turns the single-copy path off.
+  for (const char* cma : {"default", "0"}) {
+    INFO("CONCORD_SHM_CMA_BYTES=" << cma);
+    EnvGuard env;
+    if (std::string(cma) != "default") env.set("CONCORD_SHM_CMA_BYTES", cma);
+    std::vector<std::string> failures(3);
+    spawn_ranks(3, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (std::size_t n : {std::size_t{1}, std::size_t{65535}, std::size_t{65536},
+                            std::size_t{1000003}}) {
+        const HostTensor mine = random_buffer(DType::kFloat32, n, seed_of(r, int(n)));
+        HostTensor gathered(DType::kFloat32, {std::int64_t(3 * n)});
+        comm.all_gather(const_cast<HostTensor&>(mine).view(), gathered.view(), false);
+        for (int q = 0; q < 3; ++q) {
+          const HostTensor theirs = random_buffer(DType::kFloat32, n, seed_of(q, int(n)));
+          for (std::size_t i = 0; i < n; i += 997)
+            if (gathered.get(q * n + i) != theirs.get(i)) failures[r] = concat("all_gather ", n);
+        }
+        // In place: each rank's input already sits at its place in the result.
+        HostTensor in_place(DType::kFloat32, {std::int64_t(3 * n)});
+        for (std::size_t i = 0; i < n; ++i) in_place.set(r * n + i, mine.get(i));
+        TensorView own = TensorView::flat(in_place.at(r * n), std::int64_t(n), DType::kFloat32);
+        comm.all_gather(own, in_place.view(), false);
+        if (in_place.values() != gathered.values()) failures[r] = concat("in-place all_gather ", n);
+        for (int root = 0; root < 3; ++root) {
+          HostTensor x = random_buffer(DType::kFloat32, n, seed_of(r, 7 * int(n) + root));
+          comm.broadcast(x.view(), x.view(), root, false);
+          const HostTensor expected = random_buffer(DType::kFloat32, n, seed_of(root, 7 * int(n) + root));
+          if (x.values() != expected.values()) failures[r] = concat("broadcast ", n, " root ", root);
+        }
+      }
+    });
+    for (const auto& f : failures) CHECK(f == "");
+  }
+}
+
+TEST_CASE("ranks agree once whether single-copy reads are possible", "[shm]") {
+  for (const char* cma : {"262144", "0"}) {
+    EnvGuard env;
+    env.set("CONCORD_SHM_CMA_BYTES", cma);
+    StoreServer server("127.0.0.1", 0, "token");
+    std::vector<int> single_copy(2, -1);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank)
+      threads.emplace_back([&, rank] {
+        StoreClient store("127.0.0.1", server.port(), "token", std::chrono::seconds(10));
+        shm::ShmBackend backend(store, concat("cma", cma), rank, 2,
+                                shm::ShmConfig::from_env(2, 10.0));
+        single_copy[rank] = backend.single_copy();
+      });
+    for (auto& t : threads) t.join();
+    CHECK(single_copy[0] == single_copy[1]);
+    // Ranks of one process can always read each other (process_vm_readv on
+    // one's own pid); 0 turns it off.
+    CHECK(single_copy[0] == (std::string(cma) == "0" ? 0 : 1));
+  }
+}

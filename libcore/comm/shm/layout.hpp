@@ -24,6 +24,10 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
 struct alignas(kCacheLine) RankControl {
   std::atomic<std::uint32_t> step;
   std::int32_t pid;
+  // Single-copy transfers (cma.hpp): where this rank's probe value lives in
+  // its own memory, and whether it could read every peer's.
+  std::uint64_t probe_address;
+  std::uint32_t reads_peers;
 };
 
 // Extents of a tensor's shape a descriptor keeps for messages; the digest
@@ -37,6 +41,7 @@ struct alignas(kCacheLine) Descriptor {
   std::uint64_t seq;
   std::uint64_t count;   // elements (bytes for all_gather and broadcast)
   std::uint64_t digest;  // of the full shape, or of all_reduce_multi's tensor list
+  std::uint64_t address; // single-copy transfers: the buffer peers read (not compared)
   std::uint32_t kind;
   std::int32_t dtype;    // -1: none
   std::int32_t op;       // -1: none

@@ -20,6 +20,7 @@
 #include "base/env.hpp"
 #include "base/format.hpp"
 #include "base/interrupt.hpp"
+#include "comm/shm/cma.hpp"
 #include "comm/shm/futex.hpp"
 #include "kernels/cpu/reduce.hpp"
 #include "rendezvous/store.hpp"
@@ -143,6 +144,10 @@ ShmConfig ShmConfig::from_env(int nranks, double timeout_s) {
     if (*bytes < 0) invalid_argument("CONCORD_SHM_ONESHOT_BYTES must be >= 0, got ", *bytes);
     config.one_shot_bytes = static_cast<std::size_t>(*bytes);
   }
+  if (auto bytes = env::get_int("CONCORD_SHM_CMA_BYTES")) {
+    if (*bytes < 0) invalid_argument("CONCORD_SHM_CMA_BYTES must be >= 0, got ", *bytes);
+    config.single_copy_bytes = static_cast<std::size_t>(*bytes);
+  }
   return config;
 }
 
@@ -157,6 +162,7 @@ ShmBackend::ShmBackend(StoreClient& store, const std::string& name, int rank, in
     failure = e.status();
   }
   agree_on_attaching(store, name, failure);
+  agree_on_single_copy();
 }
 
 void ShmBackend::attach(StoreClient& store, const std::string& name) {
@@ -198,6 +204,7 @@ void ShmBackend::attach(StoreClient& store, const std::string& name) {
     fail(StatusCode::kMismatch, "shm segment of ", name, " was made for ", header_->nranks,
          " ranks, this communicator has ", nranks_);
   controls_[rank_].pid = static_cast<std::int32_t>(getpid());
+  controls_[rank_].probe_address = reinterpret_cast<std::uint64_t>(&probe_value_);
 }
 
 // Every rank counts itself in, whether it attached or not (a failure counts
@@ -230,6 +237,27 @@ void ShmBackend::agree_on_attaching(StoreClient& store, const std::string& name,
   if (rank_ == 0) segment_.unlink();
 }
 
+// Every rank tries to read every peer's probe value, publishes whether it
+// could, and then all of them read the verdicts: single-copy transfers are
+// used only when every rank can read every peer (each one's algorithm must
+// match the others'). CONCORD_SHM_CMA_BYTES=0 turns them off.
+void ShmBackend::agree_on_single_copy() {
+  if (nranks_ == 1) return;
+  const OpLabel label{"set-up", 0};
+  begin(label);
+  bool reads_all = config_.single_copy_bytes != 0;
+  for (int q = 0; q < nranks_ && reads_all; ++q) {
+    std::uint64_t value = 0;
+    reads_all = q == rank_ || (cma_read(controls_[q].pid, &value, controls_[q].probe_address,
+                                        sizeof value) == 0 &&
+                               value == kMagic);
+  }
+  controls_[rank_].reads_peers = reads_all ? 1 : 0;
+  sync(label);
+  single_copy_ = true;
+  for (int q = 0; q < nranks_; ++q) single_copy_ = single_copy_ && controls_[q].reads_peers == 1;
+}
+
 char* ShmBackend::slot(int buffer, int rank) const noexcept {
   return data_ + (static_cast<std::size_t>(buffer) * nranks_ + rank) * config_.slot_bytes;
 }
@@ -248,11 +276,12 @@ void ShmBackend::begin(OpLabel label) {
 }
 
 void ShmBackend::publish_descriptor(const Step& step, const OpContext& ctx, Kind kind,
-                                    std::uint64_t count) noexcept {
+                                    std::uint64_t count, const void* address) noexcept {
   const Signature& sig = ctx.signature;
   Descriptor& d = descriptor(step.buffer, rank_);
   d.seq = ctx.label.seq;
   d.count = count;
+  d.address = reinterpret_cast<std::uint64_t>(address);
   d.digest = sig.dtype >= 0 ? shape_digest(sig.shape) : sig.layout;
   d.kind = static_cast<std::uint32_t>(kind);
   d.dtype = sig.dtype;
@@ -333,8 +362,11 @@ void ShmBackend::fail_waiting(OpLabel label, std::uint32_t target, StatusCode co
     if (static_cast<std::int32_t>(seen - target) < 0)
       missing += concat(missing.empty() ? "" : ", ", q);
   }
-  std::string message = concat(label.name, " #", label.seq, " on rank ", rank_, " failed: ", why,
-                               "; not heard from ranks [", missing, "]");
+  fail_and_abort(label, code, concat(why, "; not heard from ranks [", missing, "]"));
+}
+
+void ShmBackend::fail_and_abort(OpLabel label, StatusCode code, const std::string& why) {
+  std::string message = concat(label.name, " #", label.seq, " on rank ", rank_, " failed: ", why);
   // The peers fail with the root cause: this rank's timeout, or (a dead
   // peer, an interrupt here) a peer that failed.
   abort(Status{code == StatusCode::kTimeout ? code : StatusCode::kRemote, message});
@@ -444,6 +476,8 @@ void ShmBackend::all_reduce_pipelined(const OpContext& ctx, const void* send, vo
 }
 
 void ShmBackend::all_gather(const OpContext& ctx, const void* send, void* recv, std::size_t bytes) {
+  if (single_copy_ && bytes >= config_.single_copy_bytes)
+    return all_gather_single_copy(ctx, send, recv, bytes);
   const OpLabel label = ctx.label;
   begin(label);
   const char* in = static_cast<const char*>(send);
@@ -500,6 +534,8 @@ void ShmBackend::reduce_scatter(const OpContext& ctx, const void* send, void* re
 
 void ShmBackend::broadcast(const OpContext& ctx, const void* send, void* recv, std::size_t bytes,
                            int root) {
+  if (single_copy_ && bytes >= config_.single_copy_bytes)
+    return broadcast_single_copy(ctx, send, recv, bytes, root);
   const OpLabel label = ctx.label;
   begin(label);
   const char* in = static_cast<const char*>(send);
@@ -519,6 +555,56 @@ void ShmBackend::broadcast(const OpContext& ctx, const void* send, void* recv, s
     }
     offset += n;
   } while (offset < bytes);
+}
+
+// Large gathers: every rank publishes where its input is and reads the
+// peers' inputs straight into its result, one copy per byte instead of two
+// through the segment; a second synchronisation keeps every input alive
+// until all peers have read it.
+void ShmBackend::all_gather_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                        std::size_t bytes) {
+  const OpLabel label = ctx.label;
+  begin(label);
+  const Step step = next_step();
+  publish_descriptor(step, ctx, Kind::kAllGather, bytes, send);
+  sync(label);
+  check_descriptors(step, label);
+  char* out = static_cast<char*>(recv);
+  if (out + rank_ * bytes != send) std::memcpy(out + rank_ * bytes, send, bytes);
+  // Peers in a rotated order, so that they are not all read at once.
+  for (int k = 1; k < nranks_; ++k) {
+    const int q = (rank_ + k) % nranks_;
+    read_peer(label, q, out + q * bytes, descriptor(step.buffer, q).address, bytes);
+  }
+  sync(label);
+}
+
+void ShmBackend::broadcast_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                       std::size_t bytes, int root) {
+  const OpLabel label = ctx.label;
+  begin(label);
+  const Step step = next_step();
+  publish_descriptor(step, ctx, Kind::kBroadcast, bytes, rank_ == root ? send : nullptr);
+  sync(label);
+  check_descriptors(step, label);
+  if (rank_ == root) {
+    if (recv != send) std::memcpy(recv, send, bytes);
+  } else {
+    read_peer(label, root, recv, descriptor(step.buffer, root).address, bytes);
+  }
+  sync(label);
+}
+
+void ShmBackend::read_peer(OpLabel label, int peer, void* local, std::uint64_t address,
+                           std::size_t bytes) {
+  const int error = cma_read(controls_[peer].pid, local, address, bytes);
+  if (error == 0) return;
+  if (!peer_alive(peer))
+    fail_and_abort(label, StatusCode::kRemote,
+                   concat("rank ", peer, " (pid ", controls_[peer].pid,
+                          ") died while its buffer was read"));
+  fail_and_abort(label, StatusCode::kInternal,
+                 concat("reading rank ", peer, "'s buffer failed: ", std::strerror(error)));
 }
 
 void ShmBackend::barrier(const OpContext& ctx) {

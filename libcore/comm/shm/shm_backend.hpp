@@ -24,6 +24,10 @@ namespace concord::shm {
 struct ShmConfig {
   std::size_t slot_bytes = 1u << 20;     // per rank and buffer; CONCORD_SHM_CHUNK_BYTES
   std::size_t one_shot_bytes = 32u << 10;  // all_reduce below this: one step; CONCORD_SHM_ONESHOT_BYTES
+  // all_gather and broadcast of at least this many bytes per rank read the
+  // peers' buffers directly (cma.hpp) when the kernel allows it;
+  // CONCORD_SHM_CMA_BYTES, 0 to never.
+  std::size_t single_copy_bytes = 256u << 10;
   double timeout_s = 600.0;
 
   // Defaults adjusted by the environment; throws InvalidArgument on bad values.
@@ -48,6 +52,9 @@ class ShmBackend final : public Backend {
                  int root) override;
   void barrier(const OpContext& ctx) override;
   void abort(const Status& cause) noexcept override;
+  // Whether large all_gathers and broadcasts read the peers' buffers
+  // directly (agreed at set-up).
+  bool single_copy() const noexcept { return single_copy_; }
 
  private:
   enum class Kind : std::uint32_t { kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kBarrier };
@@ -61,6 +68,15 @@ class ShmBackend final : public Backend {
   // Makes every rank fail when one could not attach (see the .cpp).
   void agree_on_attaching(StoreClient& store, const std::string& name,
                           const std::optional<Status>& failure);
+  // Whether every rank can read every peer's memory (cma.hpp): asked once,
+  // at set-up, so that all ranks pick the same algorithms.
+  void agree_on_single_copy();
+  void all_gather_single_copy(const OpContext& ctx, const void* send, void* recv,
+                              std::size_t bytes);
+  void broadcast_single_copy(const OpContext& ctx, const void* send, void* recv,
+                             std::size_t bytes, int root);
+  // Reads `bytes` at `address` in rank `peer`'s memory into `local`.
+  void read_peer(OpLabel label, int peer, void* local, std::uint64_t address, std::size_t bytes);
   void all_reduce_one_shot(const OpContext& ctx, const void* send, void* recv,
                            std::size_t count, DType dtype, ReduceOp op);
   void all_reduce_pipelined(const OpContext& ctx, const void* send, void* recv, std::size_t count,
@@ -70,13 +86,15 @@ class ShmBackend final : public Backend {
   void begin(OpLabel label);
   Step next_step() noexcept;
   void publish_descriptor(const Step& step, const OpContext& ctx, Kind kind,
-                          std::uint64_t count) noexcept;
+                          std::uint64_t count, const void* address = nullptr) noexcept;
   void check_descriptors(const Step& step, OpLabel label);
   // Publishes this rank's step and waits until every rank published it.
   void sync(OpLabel label);
   void wait_for_rank(int peer, std::uint32_t target, OpLabel label);
   [[noreturn]] void fail_waiting(OpLabel label, std::uint32_t target, StatusCode code,
                                  const std::string& why);
+  // Aborts the communicator (so the peers fail too) and throws.
+  [[noreturn]] void fail_and_abort(OpLabel label, StatusCode code, const std::string& why);
   void check_aborted(OpLabel label);
   bool peer_alive(int peer) const noexcept;
 
@@ -98,6 +116,8 @@ class ShmBackend final : public Backend {
   // One source pointer per rank for the reductions, allocated once rather
   // than on every collective (the backend runs one collective at a time).
   std::vector<const void*> sources_;
+  bool single_copy_ = false;  // agreed by every rank at set-up
+  const std::uint64_t probe_value_ = kMagic;  // what peers read to test single-copy reads
 };
 
 }  // namespace concord::shm
