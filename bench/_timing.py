@@ -30,6 +30,7 @@ _BUS_FACTORS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
 }
 
 Barrier = Callable[[], None]
@@ -108,6 +109,25 @@ def memcpy_bandwidth(nbytes: int, reps: int) -> float:
     np.copyto(dst, src)  # maps the destination's pages before timing
     times = [_loop_seconds(lambda: np.copyto(dst, src), 1) for _ in range(reps)]
     return algbw(nbytes, statistics.median(times))
+
+
+def concurrent_memcpy_bandwidth(nbytes: int, reps: int, threads: int) -> float:
+    """Median GB/s copied by `threads` threads at once, each between its own
+    preallocated arrays of nbytes (NumPy releases the GIL while it copies):
+    what several ranks copying together get from the memory system."""
+    import concurrent.futures
+
+    pairs = [(np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8))
+             for _ in range(threads)]
+    for src, dst in pairs:
+        np.copyto(dst, src)
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        def once() -> float:
+            start = time.perf_counter()
+            list(pool.map(lambda pair: np.copyto(pair[1], pair[0]), pairs))
+            return time.perf_counter() - start
+        times = [once() for _ in range(reps)]
+    return algbw(nbytes * threads, statistics.median(times))
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -6,9 +6,11 @@
     python3 bench/allreduce_cpu.py --sizes 8,64K,64M --nprocs 2 --libs concord,mpi
 
 For every (operation, world size) it prints the median time of the slowest
-rank, algbw and busbw (nccl-tests formulas) per library, and the time ratio
-of each peer to concord. Then the single-thread memcpy bandwidth, the 8-byte
-all_reduce latency and the performance targets with pass/fail.
+rank, algbw and busbw (nccl-tests formulas) per library, the time ratio of
+each peer to concord, and for large sizes the time the machine's memory
+bandwidth allows and concord's fraction of it. Then the memcpy bandwidths,
+the 8-byte all_reduce latency and the performance targets with pass/fail,
+and (with matplotlib) a plot of algbw against size.
 
 The same file is the worker each launcher starts (--worker LIB); rank 0
 writes its results as JSON after every measurement, so a crash still leaves
@@ -34,7 +36,7 @@ import numpy as np
 import _timing
 from _timing import Budget
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 LIBS = ("concord", "gloo", "mpi")
 LABELS = {"concord": "concord", "gloo": "torch gloo", "mpi": "Open MPI"}
 SHORT = {"concord": "cc", "gloo": "gloo", "mpi": "mpi"}
@@ -50,6 +52,10 @@ TARGET_WORLD = 2
 TARGET_GLOO_RATIO = 3.0
 TARGET_MPI_RATIO = 1.0
 TARGET_LATENCY_US = 20.0
+TARGET_BOUND_FRACTION = 0.7
+# Sizes from which the memory-bound column is shown (below, latency rules).
+BOUND_FROM_BYTES = 1 << 20
+BOUND_COPY_BYTES = 64 << 20
 # Bound on every blocking wait inside a worker, so a rank stuck in a broken
 # collective fails with an error instead of holding the run.
 COLLECTIVE_TIMEOUT_S = 300
@@ -71,11 +77,12 @@ QUICK = Mode(64 << 20, 16, Budget(seconds=0.08, min_iters=3, max_iters=300), 5, 
 
 
 def element_count(op: str, nbytes: int, world_size: int) -> int:
-    """float32 elements of the size's buffer (all_reduce: each rank's buffer;
-    all_gather: the full output; reduce_scatter: the full input), rounded
-    down to a multiple of the world size where it is split between ranks."""
+    """float32 elements of the size's buffer (all_reduce, broadcast: each
+    rank's buffer; all_gather: the full output; reduce_scatter: the full
+    input), rounded down to a multiple of the world size where it is split
+    between ranks."""
     count = max(1, nbytes // ITEMSIZE)
-    if op == "all_reduce":
+    if op in ("all_reduce", "broadcast"):
         return count
     return max(world_size, count - count % world_size)
 
@@ -105,6 +112,8 @@ class ConcordCollectives:
             return lambda: cc.all_reduce(x, op="sum", out=y)
         if op == "all_gather":
             return lambda: cc.all_gather(x, out=y)
+        if op == "broadcast":
+            return lambda: cc.broadcast(x, root=0, out=y)
         return lambda: cc.reduce_scatter(x, out=y)
 
     def close(self) -> None:
@@ -144,6 +153,9 @@ class GlooCollectives:
             return lambda: dist.all_reduce(yt)
         if op == "all_gather":
             return lambda: dist.all_gather_into_tensor(yt, xt)
+        if op == "broadcast":
+            # In place only, like its all_reduce: the root's output holds its input.
+            return lambda: dist.broadcast(yt, src=0)
         return lambda: dist.reduce_scatter_tensor(yt, xt)
 
     def close(self) -> None:
@@ -172,6 +184,8 @@ class MpiCollectives:
             return lambda: comm.Allreduce(x, y, op=mpi.SUM)
         if op == "all_gather":
             return lambda: comm.Allgather(x, y)
+        if op == "broadcast":
+            return lambda: comm.Bcast(y, root=0)  # in place
         return lambda: comm.Reduce_scatter_block(x, y, op=mpi.SUM)
 
     def close(self) -> None:
@@ -200,6 +214,8 @@ def check_result(coll, op: str, x: np.ndarray, y: np.ndarray, run) -> bool:
     if op == "all_gather":
         expected = np.repeat(np.arange(1, n + 1, dtype=DTYPE), y.size // n)
         return bool(np.array_equal(y, expected))
+    if op == "broadcast":
+        return bool(np.all(y == 1))  # rank 0's value
     return bool(np.all(y == n * (n + 1) / 2))
 
 
@@ -360,7 +376,28 @@ def fmt_ratio(theirs: float | None, ours: float | None) -> str:
     return "-" if theirs is None or ours is None else f"{theirs / ours:.2f}"
 
 
-def table_rows(op: str, n: int, libs: list[str], runs: dict) -> list[list[str]]:
+def copy_bytes(op: str, nbytes: int, n: int) -> float:
+    """The memory bound's model: bytes each rank must copy at least (a copy
+    reads a byte once and writes it once), for size nbytes on n ranks.
+    all_gather and broadcast write the whole result from inputs read once;
+    reduce_scatter reads the whole input and writes its 1/n part (as much
+    traffic as copying (1 + 1/n)/2 of it); all_reduce reduces its 1/n share
+    that way, then gathers the whole result."""
+    reduce_part = (nbytes + nbytes / n) / 2
+    return {"all_gather": nbytes, "broadcast": nbytes, "reduce_scatter": reduce_part,
+            "all_reduce": reduce_part + nbytes}[op]
+
+
+def bound_s(op: str, nbytes: int, n: int, bandwidths: dict[int, float]) -> float:
+    """Time the memory system allows: every rank's copies at the copy
+    bandwidth of min(n, cores) threads copying at once (ranks beyond the
+    cores share them)."""
+    threads = min(n, max(bandwidths))
+    return n * copy_bytes(op, nbytes, n) / (bandwidths[threads] * _timing.GB)
+
+
+def table_rows(op: str, n: int, libs: list[str], runs: dict,
+               bandwidths: dict[int, float]) -> list[list[str]]:
     sizes = sorted({m["nbytes"] for lib in libs for m in runs[(lib, n)].results.get("measurements", [])
                     if m["op"] == op})
     rows = []
@@ -373,6 +410,11 @@ def table_rows(op: str, n: int, libs: list[str], runs: dict) -> list[list[str]]:
                     fmt_gbs(None if t is None else _timing.busbw(op, nbytes, t, n))]
             if lib != "concord":
                 row.append(fmt_ratio(t, ours))
+        if nbytes >= BOUND_FROM_BYTES:
+            bound = bound_s(op, nbytes, n, bandwidths)
+            row += [fmt_us(bound), "-" if ours is None else f"{100 * bound / ours:.0f}%"]
+        else:
+            row += ["", ""]
         rows.append(row)
     return rows
 
@@ -384,7 +426,7 @@ def table_headers(libs: list[str]) -> list[str]:
         headers += [f"{s} us", f"{s} algbw", f"{s} busbw"]
         if lib != "concord":
             headers.append(f"{s}/cc")
-    return headers
+    return headers + ["bound us", "cc of bound"]
 
 
 def table_notes(op: str, n: int, libs: list[str], runs: dict, missing: dict[str, str]) -> list[str]:
@@ -402,13 +444,15 @@ def table_notes(op: str, n: int, libs: list[str], runs: dict, missing: dict[str,
     return notes
 
 
-def print_tables(args, libs: list[str], runs: dict, missing: dict[str, str]) -> None:
+def print_tables(args, libs: list[str], runs: dict, missing: dict[str, str],
+                 bandwidths: dict[int, float]) -> None:
     for op in args.ops:
         for n in args.nprocs:
-            factor = "2(n-1)/n" if op == "all_reduce" else "(n-1)/n"
-            print(f"\n{op}  float32{' sum' if op != 'all_gather' else ''}  {n} ranks"
+            factor = {"all_reduce": "2(n-1)/n", "broadcast": "1"}.get(op, "(n-1)/n")
+            summed = " sum" if op in ("all_reduce", "reduce_scatter") else ""
+            print(f"\n{op}  float32{summed}  {n} ranks"
                   f"  (busbw = algbw * {factor} = algbw * {_timing.bus_factor(op, n):.2f})")
-            print(_timing.format_table(table_headers(libs), table_rows(op, n, libs, runs)))
+            print(_timing.format_table(table_headers(libs), table_rows(op, n, libs, runs, bandwidths)))
             for note in table_notes(op, n, libs, runs, missing):
                 print(f"  note: {note}")
 
@@ -418,8 +462,10 @@ def print_header(mode: Mode, libs: list[str]) -> None:
           f"{os.cpu_count()} cores, Python {platform.python_version()}, NumPy {np.__version__}")
     for lib in libs:
         print(f"  {LABELS[lib]}: {lib_version(lib)}")
-    print("size: each rank's buffer for all_reduce; the full output (world size x each rank's input)\n"
-          "  for all_gather; the full input for reduce_scatter (each rank keeps size/n), as nccl-tests.\n"
+    print("size: each rank's buffer for all_reduce and broadcast (root 0); the full output (world size\n"
+          "  x each rank's input) for all_gather; the full input for reduce_scatter (each rank keeps\n"
+          "  size/n), as nccl-tests. torch's all_reduce and broadcast and Open MPI's broadcast run in\n"
+          "  place (the others out of place).\n"
           "us: median over iterations of the slowest rank's time (each rank times every iteration,\n"
           "  the times are reduced with MAX), after warm-up, with a barrier before the timed loop;\n"
           f"  iterations adapt to the size ({mode.budget.min_iters}..{mode.budget.max_iters}, "
@@ -427,6 +473,11 @@ def print_header(mode: Mode, libs: list[str]) -> None:
           "algbw = size / time and busbw = algbw * 2(n-1)/n (all_reduce) or * (n-1)/n (all_gather,\n"
           "  reduce_scatter), in GB/s (1e9 bytes/s).\n"
           "gloo/cc, mpi/cc: the peer's time / concord's time; > 1 means concord is faster.\n"
+          f"bound (from {_timing.format_bytes(BOUND_FROM_BYTES)}): the time the memory system allows for the bytes each\n"
+          "  rank must copy at least (all_gather, broadcast: the size; reduce_scatter: (1 + 1/n)/2 of\n"
+          "  it, reading it all and writing 1/n; all_reduce: that plus the size), every rank copying at\n"
+          "  once at the copy bandwidth measured with min(n, cores) threads; cc of bound = bound /\n"
+          "  concord's time.\n"
           "Every measurement ends with one call on rank-dependent data checked against NumPy.")
     print_load("start")
 
@@ -533,14 +584,95 @@ def run_parent(args) -> int:
     print(f"\nmemcpy, one thread (numpy copy of {_timing.format_bytes(MEMCPY_BYTES)} into a preallocated "
           f"array, median of {mode.memcpy_reps}): "
           f"{_timing.memcpy_bandwidth(MEMCPY_BYTES, mode.memcpy_reps):.2f} GB/s", flush=True)
+    bandwidths = copy_bandwidths(mode)
     with tempfile.TemporaryDirectory(prefix="concord-bench-") as workdir:
         runs = {(lib, n): run_lib(lib, n, plan, mode, workdir) for n in args.nprocs for lib in libs}
-    print_tables(args, libs, runs, missing)
+    print_tables(args, libs, runs, missing, bandwidths)
     print_failures(libs, args.nprocs, runs)
     print_latency(libs, runs, missing)
     print_targets(runs, missing, sizes)
+    print_cell_targets(args, libs, runs, bandwidths)
+    plot(args, libs, runs)
     print_load("end")
     return 0
+
+
+def copy_bandwidths(mode: Mode) -> dict[int, float]:
+    """Copy bandwidth (GB/s, all threads together) of 1 .. cores threads
+    copying at once: the memory bound's denominators."""
+    cores = os.cpu_count() or 1
+    bandwidths = {threads: _timing.concurrent_memcpy_bandwidth(BOUND_COPY_BYTES, mode.memcpy_reps, threads)
+                  for threads in range(1, cores + 1)}
+    print("memcpy, several threads at once (each its own "
+          f"{_timing.format_bytes(BOUND_COPY_BYTES)}; GB/s of all together): "
+          + ", ".join(f"{threads}: {bw:.2f}" for threads, bw in bandwidths.items()), flush=True)
+    return bandwidths
+
+
+def print_cell_targets(args, libs: list[str], runs: dict, bandwidths: dict[int, float]) -> None:
+    """Every cell against the peers, and the large cells against the memory bound."""
+    for peer, goal in (("mpi", TARGET_MPI_RATIO), ("gloo", TARGET_GLOO_RATIO)):
+        if peer not in libs or "concord" not in libs:
+            continue
+        behind, cells = [], 0
+        for op in args.ops:
+            for n in args.nprocs:
+                for m in runs[("concord", n)].results.get("measurements", []):
+                    if m["op"] != op:
+                        continue
+                    theirs = runs[(peer, n)].median_s(op, m["nbytes"])
+                    if theirs is None:
+                        continue
+                    cells += 1
+                    if theirs / m["median_s"] < goal:
+                        behind.append(f"{op} {n} ranks {_timing.format_bytes(m['nbytes'])} "
+                                      f"({theirs / m['median_s']:.2f}x)")
+        what = f"at least {LABELS[peer]}'s speed" if goal == 1 else f"{goal:g}x {LABELS[peer]}'s speed"
+        status = "PASS" if not behind else "FAIL"
+        print(f"  {status}  {what} on every cell ({cells - len(behind)} of {cells})"
+              + ("" if not behind else ": below on " + "; ".join(behind)))
+    if "concord" in libs:
+        for n in args.nprocs:
+            for op in args.ops:
+                ours = runs[("concord", n)].median_s(op, TARGET_BYTES)
+                if ours is None:
+                    continue
+                fraction = bound_s(op, TARGET_BYTES, n, bandwidths) / ours
+                print(f"  {'PASS' if fraction >= TARGET_BOUND_FRACTION else 'FAIL'}  "
+                      f"{op} {_timing.format_bytes(TARGET_BYTES)} on {n} ranks at least "
+                      f"{TARGET_BOUND_FRACTION:.0%} of the memory bound: {fraction:.0%}")
+
+
+def plot(args, libs: list[str], runs: dict) -> None:
+    """algbw against size for every library, one panel per op and world
+    size, written as a PNG when matplotlib is installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("\nplot: not written (matplotlib is not installed)")
+        return
+    fig, axes = plt.subplots(len(args.nprocs), len(args.ops), squeeze=False,
+                             figsize=(4.2 * len(args.ops), 3.4 * len(args.nprocs)))
+    for row, n in enumerate(args.nprocs):
+        for col, op in enumerate(args.ops):
+            ax = axes[row][col]
+            for lib in libs:
+                points = sorted((m["nbytes"], _timing.algbw(m["nbytes"], m["median_s"]))
+                                for m in runs[(lib, n)].results.get("measurements", []) if m["op"] == op)
+                if points:
+                    ax.plot(*zip(*points), marker="o", markersize=3, label=LABELS[lib])
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{op}, {n} ranks", fontsize=10)
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel("algbw (GB/s)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+    print(f"\nplot: algbw against size written to {os.path.abspath(args.plot)}")
 
 
 def parse_args(argv: list[str] | None):
@@ -558,6 +690,8 @@ def parse_args(argv: list[str] | None):
                         help=f"operations, comma-separated (default {','.join(OPS)})")
     parser.add_argument("--libs", default=",".join(LIBS), type=lambda s: s.split(","),
                         help=f"libraries, comma-separated (default {','.join(LIBS)})")
+    parser.add_argument("--plot", default="allreduce_cpu.png",
+                        help="where to write the algbw plot (PNG; needs matplotlib)")
     parser.add_argument("--worker", choices=LIBS, help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
