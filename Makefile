@@ -2,8 +2,10 @@
 PYTHON ?= python3
 BUILD ?= build
 NPROCS ?= 4
+# rustup installs cargo in ~/.cargo/bin, which not every shell has on PATH.
+CARGO ?= $(shell command -v cargo || echo $(HOME)/.cargo/bin/cargo)
 
-.PHONY: all deps install test test-cpp test-py demo bench clean
+.PHONY: all deps install test test-cpp test-py test-rust demo bench clean
 
 all: install
 
@@ -24,7 +26,17 @@ test-cpp: deps $(BUILD)/cpp/build.ninja
 test-py: install
 	$(PYTHON) -m pytest tests_py -q
 
-test: test-cpp test-py
+# The Rust crates (rust/) against the installed library, their multi-rank
+# tests as concord-run jobs of $(PYTHON)'s concord; offline: they use no
+# crate from a registry.
+test-rust: install
+	@if [ -x "$(CARGO)" ]; then \
+	  cd rust && PYTHON=$(PYTHON) CARGO_TARGET_DIR=$(abspath $(BUILD))/cargo $(CARGO) test --offline; \
+	else \
+	  echo "make test-rust: cargo not found (install a Rust toolchain, 1.77 or later): the Rust crates were not tested"; \
+	fi
+
+test: test-cpp test-py test-rust
 
 demo: install
 	$(PYTHON) -m concord.run -n $(NPROCS) examples/train_mlp.py

@@ -28,6 +28,11 @@ py_packages=(
   "optree:optree>=0.10"
   "array_api_compat:array-api-compat>=1.4"
   "sklearn:scikit-learn>=1.0"
+  # The notebooks' test: a real kernel runs them, and they plot.
+  "nbclient:nbclient>=0.7"
+  "nbformat:nbformat>=5.7"
+  "ipykernel:ipykernel>=6"
+  "matplotlib:matplotlib>=3.5"
 )
 need=()
 for entry in "${py_packages[@]}"; do
