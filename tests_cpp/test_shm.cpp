@@ -22,6 +22,7 @@
 #include "comm/shm/shm_backend.hpp"
 #include "rendezvous/store.hpp"
 #include "collective_checks.hpp"
+#include "collective_suite.hpp"
 #include "env_guard.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
@@ -442,40 +443,7 @@ TEST_CASE("a rank that cannot attach fails the set-up on every rank and leaves n
 
 TEST_CASE("an interrupt ends a blocked collective at once and its peers learn", "[shm][errors]") {
   // It used to take effect only when the collective timed out.
-  for (bool async : {false, true}) {
-    INFO((async ? "waiting on a Work" : "a blocking collective"));
-    std::vector<Status> statuses(2);
-    std::vector<double> seconds(2);
-    spawn_ranks(2, [&](Communicator& comm) {
-      float x = 1;
-      const TensorView v = TensorView::flat(&x, 1, DType::kFloat32);
-      const auto start = std::chrono::steady_clock::now();
-      if (comm.rank() == 0) {
-        InterruptFlag flag;
-        std::thread ctrl_c([&] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          flag.raised = true;
-        });
-        statuses[0] = status_of([&] {
-          if (async)
-            comm.all_reduce(v, v, ReduceOp::kSum, true)->wait_interruptibly("wait");
-          else
-            comm.all_reduce(v, v, ReduceOp::kSum, false);
-        });
-        ctrl_c.join();
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(600));
-        statuses[1] = status_of([&] { comm.all_reduce(v, v, ReduceOp::kSum, false); });
-      }
-      seconds[comm.rank()] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }, 30.0);
-    CHECK(statuses[0].code == StatusCode::kInterrupted);
-    CHECK(seconds[0] < 1.5);
-    INFO(statuses[1].message);
-    CHECK(statuses[1].code == StatusCode::kRemote);
-    CHECK(seconds[1] < 2.0);
-  }
+  check_interrupt({BackendChoice::kAuto, {"one-host", "one-host"}, "shm"});
 }
 
 TEST_CASE("an interrupt check applies to the thread that installed it only", "[shm]") {

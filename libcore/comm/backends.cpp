@@ -2,17 +2,75 @@
 
 #include <algorithm>
 #include <mutex>
+#include <numeric>
+#include <optional>
 
 #include "base/format.hpp"
 #include "comm/nccl/nccl_backend.hpp"
 #include "comm/shm/shm_backend.hpp"
 #include "plugin/cuda_plugin.hpp"
 #include "rendezvous/store.hpp"
+#if CONCORD_GLOO_BUILT
+#include "comm/gloo/gloo_backend.hpp"
+#include "comm/gloo/setup_agreement.hpp"
+#endif
 
 namespace concord {
+namespace {
+
+std::unique_ptr<Backend> make_shm(const Peers& peers) {
+  std::lock_guard lock(peers.store.mutex);
+  return std::make_unique<shm::ShmBackend>(*peers.store.client, peers.name, peers.rank, peers.size,
+                                           shm::ShmConfig::from_env(peers.size, peers.timeout_s));
+}
+
+#if CONCORD_GLOO_BUILT
+
+std::vector<int> ranks_up_to(int size) {
+  std::vector<int> ranks(static_cast<std::size_t>(size));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return ranks;
+}
+
+// Makes the backends of a set-up with `make`; every rank of `setup`
+// succeeds or every rank fails.
+template <class Make>
+auto agreed(const gloo::SetupAgreement& setup, Make&& make) {
+  decltype(make()) made;
+  std::optional<Status> failure;
+  try {
+    made = make();
+  } catch (const Error& e) {
+    failure = e.status();
+  }
+  setup.conclude(failure);
+  return made;
+}
+
+std::unique_ptr<Backend> make_gloo(const Peers& peers) {
+  const std::vector<int> names = ranks_up_to(peers.size);
+  const gloo::SetupAgreement setup(peers.store, peers.name + "/gloo-setup", peers.rank, names,
+                                   peers.timeout_s);
+  return agreed(setup, [&] {
+    return std::make_unique<gloo::GlooBackend>(peers.store, peers.name, peers.rank, names,
+                                               peers.timeout_s,
+                                               gloo::default_one_shot_bytes(peers.size), setup);
+  });
+}
+
+#endif
+
+[[noreturn]] void fail_spanning(const Peers& peers, const std::string& other, const char* needs) {
+  fail(StatusCode::kUnavailable, "ranks of communicator '", peers.name, "' span hosts (",
+       peers.hosts[peers.rank], ", ", other, "): ", needs);
+}
+
+}  // namespace
+
+bool gloo_built() noexcept { return CONCORD_GLOO_BUILT; }
 
 void check_backend_usable(BackendChoice choice) {
-  if (choice == BackendChoice::kGloo)
+  if (choice == BackendChoice::kGloo && !gloo_built())
     fail(StatusCode::kUnavailable, "backend 'gloo' is not in this build");
   if (choice == BackendChoice::kNccl)
     plugin::require_device(0, /*need_nccl=*/true, "backend 'nccl'");
@@ -20,16 +78,21 @@ void check_backend_usable(BackendChoice choice) {
 
 std::unique_ptr<Backend> make_host_backend(BackendChoice choice, const Peers& peers) {
   if (choice == BackendChoice::kNccl) return nullptr;
-  if (choice == BackendChoice::kGloo) check_backend_usable(choice);
+  check_backend_usable(choice);
   const auto other = std::find_if(peers.hosts.begin(), peers.hosts.end(),
                                   [&](const std::string& h) { return h != peers.hosts[peers.rank]; });
-  if (other != peers.hosts.end())
-    fail(StatusCode::kUnavailable, "ranks of communicator '", peers.name, "' span hosts (",
-         peers.hosts[peers.rank], ", ", *other,
-         "): CPU collectives across hosts need the gloo backend, which is not in this build");
-  std::lock_guard lock(peers.store.mutex);
-  return std::make_unique<shm::ShmBackend>(*peers.store.client, peers.name, peers.rank, peers.size,
-                                           shm::ShmConfig::from_env(peers.size, peers.timeout_s));
+  const bool one_host = other == peers.hosts.end();
+  if (choice == BackendChoice::kShm && !one_host)
+    fail_spanning(peers, *other,
+                  "backend 'shm' needs every rank on one host; use 'gloo' or 'auto' across hosts");
+  if (choice == BackendChoice::kShm || (choice == BackendChoice::kAuto && one_host))
+    return make_shm(peers);
+#if CONCORD_GLOO_BUILT
+  return make_gloo(peers);
+#else
+  fail_spanning(peers, *other,
+                "CPU collectives across hosts need the gloo backend, which is not in this build");
+#endif
 }
 
 std::unique_ptr<Backend> make_device_backend(BackendChoice choice, const Peers& peers,
