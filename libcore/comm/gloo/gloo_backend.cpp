@@ -27,6 +27,7 @@ namespace {
 // (gloo/types.h uses prefixes 1 to 8).
 const std::uint64_t kExchangeSlot = ::gloo::Slot::build(0x40, 0);
 const std::uint64_t kRingSlot = ::gloo::Slot::build(0x41, 0);
+const std::uint64_t kSentinelSlot = ::gloo::Slot::build(0x42, 0);
 
 // A peer's message in the agreement exchange: its record, then its payload
 // at an offset that keeps the payload aligned for any dtype.
@@ -131,12 +132,16 @@ GlooBackend::GlooBackend(SharedStore& store, const std::string& name, int rank,
   inbox_.resize(size_);
   to_each_.resize(size_);
   to_all_.resize(size_);
+  sentinel_memory_.resize(size_);
+  sentinels_.resize(size_);
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     inbox_[q] = buffer_over(inbox_memory_, q);
     to_each_[q] = buffer_over(outbox_memory_, q);
     // Our own region of the outbox is no peer's: it holds what all get.
     to_all_[q] = buffer_over(outbox_memory_, rank_);
+    sentinels_[q] = std::make_unique<WatchedBuffer>(transport, &sentinel_memory_[q], 1, watch);
+    sentinels_[q]->try_recv(q, kSentinelSlot, 0, 1);  // nobody sends there
   }
   arm();
 }
@@ -225,6 +230,10 @@ std::chrono::steady_clock::time_point GlooBackend::next_check() const {
 
 void GlooBackend::check(int peer) {
   throw_if_aborted();
+  // A peer closed its connections: if it failed, it said why.
+  const bool closed = std::any_of(sentinels_.begin(), sentinels_.end(),
+                                  [](const auto& s) { return s && s->broken(); });
+  if (closed) fail_if_published();
   if (SteadyClock::now() >= deadline_)
     fail_waiting(StatusCode::kTimeout, concat("timed out after ", timeout_s_, " s"), missing(peer));
   if (interrupt_requested()) fail_waiting(StatusCode::kInterrupted, "interrupted", missing(peer));
@@ -232,10 +241,7 @@ void GlooBackend::check(int peer) {
 
 void GlooBackend::lost(int peer, const std::string& what) {
   throw_if_aborted();
-  if (auto cause = published_abort()) {
-    abort_with(std::move(*cause), /*publish=*/false);
-    fail_aborted();
-  }
+  fail_if_published();
   const std::string why = peer < 0 ? concat("a connection broke (", what, ")")
                                    : concat("lost the connection to rank ", rank_name(peer), " (",
                                             what, ")");
@@ -281,6 +287,13 @@ void GlooBackend::fail_aborted() {
   fail(abort.by == rank_ ? StatusCode::kAborted : abort.code, label_.name, " #", label_.seq,
        " on rank ", rank_name(rank_), " failed: rank ", rank_name(abort.by),
        " aborted the communicator: ", abort.reason);
+}
+
+void GlooBackend::fail_if_published() {
+  if (auto cause = published_abort()) {
+    abort_with(std::move(*cause), /*publish=*/false);
+    fail_aborted();
+  }
 }
 
 std::optional<GlooBackend::Abort> GlooBackend::published_abort() {

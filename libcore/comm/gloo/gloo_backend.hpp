@@ -16,11 +16,15 @@
 //
 // Waits end at the communicator's timeout, on an interrupt, or when a
 // connection breaks (comm/gloo/transport.hpp). A rank that fails first
-// publishes why in the store and then closes its connections: each peer
-// fails when its own wait on this rank breaks, reads the cause and closes
-// its own in turn, so every rank ends with the root cause (Timeout when a
-// rank timed out, Remote when one died or aborted). A connection that
-// breaks with nothing published is a rank that died.
+// publishes why in the store and then closes its connections. A peer learns
+// of it when a wait of its own on that rank breaks, or, waiting for another
+// rank, from a receive kept pending on every connection that only a broken
+// connection ends (its "sentinel"); it reads the cause and closes its own
+// connections in turn, so every rank ends at once with the root cause
+// (Timeout when a rank timed out, Remote when one died or aborted). A
+// connection that breaks with nothing published is a rank that died, or
+// one that left after its last collective: that fails only the waits for
+// that rank.
 #pragma once
 
 #include <atomic>
@@ -128,6 +132,8 @@ class GlooBackend final : public Backend, private Watch {
   void throw_if_aborted();
   // The cause the rank that failed first published, if one did.
   std::optional<Abort> published_abort();
+  // Fails with that cause, when there is one.
+  void fail_if_published();
   // Records `abort` (the first one wins), publishes it when it is this
   // rank's own, and closes every connection.
   void abort_with(Abort abort, bool publish) noexcept;
@@ -153,6 +159,8 @@ class GlooBackend final : public Backend, private Watch {
   std::vector<std::unique_ptr<WatchedBuffer>> to_each_;
   std::vector<std::unique_ptr<WatchedBuffer>> to_all_;
   std::vector<std::optional<std::string>> broken_;  // found by arm(): gloo's reason
+  std::vector<unsigned char> sentinel_memory_;
+  std::vector<std::unique_ptr<WatchedBuffer>> sentinels_;  // a never-sent receive a peer
   std::vector<CallRecord> records_;
   std::vector<bool> heard_;  // whose message of the current exchange arrived
   bool exchanging_ = false;  // a wait belongs to the agreement exchange

@@ -149,6 +149,11 @@ bool WatchedBuffer::received() {
   return recvCompletions_ > 0;
 }
 
+bool WatchedBuffer::broken() {
+  std::lock_guard lock(m_);
+  return ex_ != nullptr;
+}
+
 // ---- context, device, mesh -------------------------------------------------
 
 WatchedContext::WatchedContext(std::shared_ptr<tcp::Device> device, int rank, int size,

@@ -56,6 +56,8 @@ class WatchedBuffer final : public ::gloo::transport::tcp::UnboundBuffer {
                                       std::size_t nbytes);
   // Whether a receive completed that nobody waited for yet.
   bool received();
+  // Whether its connection broke under a pending operation.
+  bool broken();
 
  private:
   bool wait(std::condition_variable& cv, int& completions, bool& aborted, const int& last_rank,
