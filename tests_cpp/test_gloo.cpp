@@ -51,7 +51,7 @@ TEST_CASE("gloo serves CPU tensors across hosts and forced on one host", "[gloo]
   const std::vector<std::pair<RankLayout, const char*>> layouts = {
       {gloo_on_one_host(2), "gloo"},
       {one_rank_a_host(3), "gloo"},
-      {{BackendChoice::kAuto, hosts_of_sizes({2, 1}), ""}, "gloo"},
+      {{BackendChoice::kAuto, hosts_of_sizes({2, 1}), ""}, "shm+gloo"},
       {{BackendChoice::kAuto, hosts_of_sizes({3}), ""}, "shm"},
   };
   for (const auto& [layout, expected] : layouts) {

@@ -13,6 +13,7 @@
 #if CONCORD_GLOO_BUILT
 #include "comm/gloo/gloo_backend.hpp"
 #include "comm/gloo/setup_agreement.hpp"
+#include "comm/hierarchical/hierarchical_backend.hpp"
 #endif
 
 namespace concord {
@@ -58,6 +59,36 @@ std::unique_ptr<Backend> make_gloo(const Peers& peers) {
   });
 }
 
+// The shm+gloo backend's three parts (comm/hierarchical/hierarchical_backend.hpp),
+// each made collectively over its group: first the hosts' shm, then the
+// world's mesh, then the shard groups'.
+std::unique_ptr<Backend> make_shm_gloo(const Peers& peers) {
+  using hierarchical::HostLayout;
+  HostLayout layout = HostLayout::of(peers.hosts, peers.rank);
+  const std::vector<int> names = ranks_up_to(peers.size);
+  const gloo::SetupAgreement setup(peers.store, peers.name + "/shm+gloo-setup", peers.rank, names,
+                                   peers.timeout_s);
+  return agreed(setup, [&]() -> std::unique_ptr<Backend> {
+    const std::string& host_id = layout.host_ids[layout.host];
+    const std::vector<std::string> local_hosts(layout.local_ranks().size(), host_id);
+    const std::string local_name = concat(peers.name, "/host", layout.host);
+    auto local = make_shm(Peers{peers.store, local_name, layout.local,
+                                static_cast<int>(local_hosts.size()), peers.timeout_s, local_hosts});
+    // The world's mesh only agrees: its exchange carries records alone.
+    auto world = std::make_unique<gloo::GlooBackend>(peers.store, peers.name, peers.rank, names,
+                                                     peers.timeout_s, 0, setup);
+    std::unique_ptr<Backend> across;
+    if (layout.local < layout.shards) {
+      const std::vector<int> group = layout.shard_group(layout.local);
+      across = std::make_unique<gloo::GlooBackend>(
+          peers.store, concat(peers.name, "/shard", layout.local), layout.host, group,
+          peers.timeout_s, gloo::default_one_shot_bytes(layout.nhosts()), setup);
+    }
+    return std::make_unique<hierarchical::HierarchicalBackend>(std::move(layout), std::move(world),
+                                                               std::move(local), std::move(across));
+  });
+}
+
 #endif
 
 [[noreturn]] void fail_spanning(const Peers& peers, const std::string& other, const char* needs) {
@@ -88,7 +119,11 @@ std::unique_ptr<Backend> make_host_backend(BackendChoice choice, const Peers& pe
   if (choice == BackendChoice::kShm || (choice == BackendChoice::kAuto && one_host))
     return make_shm(peers);
 #if CONCORD_GLOO_BUILT
-  return make_gloo(peers);
+  if (choice == BackendChoice::kGloo) return make_gloo(peers);
+  const bool one_rank_a_host = std::all_of(peers.hosts.begin(), peers.hosts.end(), [&](const auto& h) {
+    return std::count(peers.hosts.begin(), peers.hosts.end(), h) == 1;
+  });
+  return one_rank_a_host ? make_gloo(peers) : make_shm_gloo(peers);
 #else
   fail_spanning(peers, *other,
                 "CPU collectives across hosts need the gloo backend, which is not in this build");

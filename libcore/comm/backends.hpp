@@ -26,7 +26,7 @@ struct Peers {
   const std::vector<std::string>& hosts;
 };
 
-// Whether this build has the gloo backend (Gloo was found).
+// Whether this build has the gloo and shm+gloo backends (Gloo was found).
 bool gloo_built() noexcept;
 
 // Throws, before any communication, when `choice` cannot serve this process
@@ -35,8 +35,8 @@ bool gloo_built() noexcept;
 void check_backend_usable(BackendChoice choice);
 
 // The backend of CPU tensors. auto: shm when every rank is on one host,
-// gloo otherwise; shm: shm, on one host only; gloo: gloo, wherever the
-// ranks are. nullptr when `choice`
+// gloo when every host has one rank, shm+gloo otherwise; shm: shm, on one
+// host only; gloo: gloo, wherever the ranks are. nullptr when `choice`
 // takes no CPU tensors (nccl). Collective: every rank of `peers` calls it,
 // and every rank succeeds or every rank fails. Throws Unavailable for shm
 // with ranks on several hosts, and for ranks on several hosts without gloo

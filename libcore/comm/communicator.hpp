@@ -55,8 +55,8 @@ class Communicator {
   int local_rank() const noexcept { return local_rank_; }
   double timeout_s() const noexcept { return timeout_s_; }
   BackendChoice backend_choice() const noexcept { return choice_; }
-  // What CPU tensors use ("shm", "gloo"), or "nccl" for a communicator that
-  // takes CUDA tensors only.
+  // What CPU tensors use ("shm", "gloo", "shm+gloo"), or "nccl" for a
+  // communicator that takes CUDA tensors only.
   const char* backend_name() const noexcept;
 
   // Ranks passing the same color form a communicator ordered by (key, rank),
