@@ -50,7 +50,7 @@ void check_async_and_multi(const RankLayout& layout);
 void check_mismatches(const RankLayout& layout);
 
 // A rank that never calls leaves every other rank with Timeout naming it:
-// the first to time out, and the others, which call later, from it.
+// those that time out, and one that calls later, from them.
 void check_silent_rank(const RankLayout& layout, int silent);
 
 // abort() on rank `aborting` makes the others fail fast with Remote, and
