@@ -12,6 +12,7 @@
 #include "base/format.hpp"
 #include "base/interrupt.hpp"
 #include "base/tensor_view.hpp"
+#include "comm/backends.hpp"
 #include "comm/communicator.hpp"
 #include "plugin/cuda_plugin.hpp"
 #include "rendezvous/store.hpp"
@@ -105,7 +106,8 @@ std::string build_info_json() {
   };
   return concord::concat(
       "{\"version\": \"", CONCORD_VERSION_STRING, "\", ",
-      "\"backends\": {\"shm\": true, \"gloo\": false, \"nccl\": ", built ? "true" : "false", "}, ",
+      "\"backends\": {\"shm\": true, \"gloo\": ", concord::gloo_built() ? "true" : "false",
+      ", \"nccl\": ", built ? "true" : "false", "}, ",
       "\"cuda\": {\"built\": ", built ? "true" : "false",
       ", \"available\": ", cuda_ok ? "true" : "false",
       ", \"devices\": ", found.plugin_loaded ? probe.device_count : 0,

@@ -28,6 +28,8 @@ struct HostTensor {
   HostTensor(DType t, std::vector<std::int64_t> s) : dtype(t), shape(std::move(s)) {
     bytes.resize(size() * dtype_size(dtype));
   }
+  // A 1-D tensor of n elements.
+  static HostTensor flat(DType t, std::size_t n) { return HostTensor(t, {std::int64_t(n)}); }
   std::int64_t numel() const {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;

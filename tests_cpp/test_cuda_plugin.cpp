@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/tensor_view.hpp"
+#include "comm/backends.hpp"
 #include "comm/communicator.hpp"
 #include "concord/concord.h"
 #include "plugin/cuda_plugin.hpp"
@@ -54,7 +55,8 @@ TEST_CASE("build_info says whether the CUDA plugin was built and what it found",
   const std::string built = concord::plugin::built() ? "true" : "false";
   CHECK(contains(info, "\"cuda\": {\"built\": " + built));
   CHECK(contains(info, "\"nccl\": {\"built\": " + built));
-  CHECK(contains(info, "\"backends\": {\"shm\": true, \"gloo\": false, \"nccl\": " + built));
+  const std::string gloo = concord::gloo_built() ? "true" : "false";
+  CHECK(contains(info, "\"backends\": {\"shm\": true, \"gloo\": " + gloo + ", \"nccl\": " + built));
   const auto found = concord::plugin::availability();
   if (!concord::plugin::built()) {
     CHECK_FALSE(found.plugin_loaded);

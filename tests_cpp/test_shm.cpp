@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,93 +20,16 @@
 #include "base/interrupt.hpp"
 #include "comm/communicator.hpp"
 #include "comm/shm/shm_backend.hpp"
-#include "kernels/half.hpp"
 #include "rendezvous/store.hpp"
+#include "collective_checks.hpp"
+#include "collective_suite.hpp"
 #include "env_guard.hpp"
 #include "host_tensor.hpp"
 #include "spawn_ranks.hpp"
 #include "status_helpers.hpp"
 
 using namespace concord;
-using concord::testing::contains;
-using concord::testing::EnvGuard;
-using concord::testing::HostTensor;
-using concord::testing::spawn_ranks;
-using concord::testing::status_of;
-
-namespace {
-
-constexpr DType kAllDTypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32,
-                                DType::kFloat64, DType::kInt8,     DType::kInt32,
-                                DType::kInt64,   DType::kUInt8,    DType::kBool};
-constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin,
-                                ReduceOp::kMean};
-
-
-// Small values so integer sums and products of four ranks never overflow.
-HostTensor random_buffer(DType dtype, std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  HostTensor b(dtype, {std::int64_t(n)});
-  std::uniform_real_distribution<double> real(-1.0, 1.0);
-  std::uniform_int_distribution<int> small(-3, 3), unsigned_small(0, 3), bit(0, 1);
-  for (std::size_t i = 0; i < n; ++i) {
-    switch (dtype) {
-      case DType::kBool: b.set(i, bit(rng)); break;
-      case DType::kUInt8: b.set(i, unsigned_small(rng)); break;
-      case DType::kInt8: case DType::kInt32: case DType::kInt64: b.set(i, small(rng)); break;
-      default: b.set(i, real(rng)); break;
-    }
-  }
-  return b;
-}
-
-double combine(ReduceOp op, double a, double b) {
-  switch (op) {
-    case ReduceOp::kSum: case ReduceOp::kMean: return a + b;
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kMin: return std::min(a, b);
-  }
-  return 0;
-}
-
-double finish(ReduceOp op, DType dtype, double acc, int nranks) {
-  if (op != ReduceOp::kMean) return acc;
-  if (dtype_is_floating(dtype)) return acc / nranks;
-  return std::trunc(acc / nranks);
-}
-
-double tolerance(DType dtype, double expected) {
-  const double scale = std::max(1.0, std::abs(expected));
-  switch (dtype) {
-    case DType::kFloat16: return 1e-3 * scale;
-    case DType::kBFloat16: return 8e-3 * scale;
-    case DType::kFloat32: return 1e-5 * scale;
-    case DType::kFloat64: return 1e-12 * scale;
-    default: return 0;
-  }
-}
-
-std::uint64_t seed_of(int rank, int case_id) { return 1000003ull * case_id + 7919ull * rank + 17; }
-
-// Checks out[i] against the reduction of the inputs of all ranks.
-std::string compare_reduced(const HostTensor& out, std::size_t offset, ReduceOp op,
-                            const std::vector<HostTensor>& inputs, std::size_t input_offset) {
-  const int nranks = int(inputs.size());
-  for (std::size_t i = 0; i < out.size() - offset && i < inputs[0].size() - input_offset; ++i) {
-    double acc = inputs[0].get(input_offset + i);
-    for (int q = 1; q < nranks; ++q) acc = combine(op, acc, inputs[q].get(input_offset + i));
-    const double expected = finish(op, out.dtype, acc, nranks);
-    const double got = out.get(offset + i);
-    if (!(std::abs(got - expected) <= tolerance(out.dtype, expected)))
-      return concat(dtype_name(out.dtype), " ", reduce_op_name(op), " element ", i, ": got ", got,
-                    ", expected ", expected);
-  }
-  return "";
-}
-
-
-}  // namespace
+using namespace concord::testing;
 
 TEST_CASE("all_reduce matches a double-precision reference for every dtype and op", "[shm]") {
   const std::size_t sizes[] = {0, 1, 7, 1000, 70001};
@@ -261,23 +183,6 @@ TEST_CASE("split forms sub-communicators ordered by key", "[shm]") {
   CHECK(seen[3] == std::vector<int>{0, 2, 3, 1});
 }
 
-namespace {
-
-// Runs `body` on each rank and returns the status each rank ended with.
-std::vector<Status> statuses_of(int nranks, double timeout_s,
-                                const std::function<void(Communicator&)>& body) {
-  std::vector<Status> statuses(nranks);
-  spawn_ranks(nranks, [&](Communicator& comm) {
-    try {
-      body(comm);
-    } catch (const Error& e) {
-      statuses[comm.rank()] = e.status();
-    }
-  }, timeout_s);
-  return statuses;
-}
-
-}  // namespace
 
 TEST_CASE("bad arguments fail before any communication", "[shm][errors]") {
   auto statuses = statuses_of(1, 5.0, [](Communicator& comm) {
@@ -325,16 +230,6 @@ TEST_CASE("ranks that disagree on a collective get Mismatch, not a hang", "[shm]
   }
 }
 
-// A view of `data` with `shape` (as the C ABI would give it) and `dtype`.
-TensorView shaped(void* data, DType dtype, const Shape& shape) {
-  TensorView v;
-  v.data = data;
-  v.dtype = dtype;
-  v.shape = shape;
-  v.numel = 1;
-  for (std::int64_t extent : shape) v.numel *= extent;
-  return v;
-}
 
 TEST_CASE("ranks must agree on dtype and shape, not only on byte or element counts",
           "[shm][errors]") {
@@ -546,57 +441,10 @@ TEST_CASE("a rank that cannot attach fails the set-up on every rank and leaves n
   }
 }
 
-namespace {
-
-// An interrupt check that answers what `flag` says (a Ctrl-C seen by the
-// front end), installed for the calling thread for the scope of a test.
-struct InterruptFlag {
-  std::atomic<bool> raised{false};
-  InterruptFlag() {
-    set_interrupt_check([](void* self) { return int(static_cast<InterruptFlag*>(self)->raised.load()); },
-                        this);
-  }
-  ~InterruptFlag() { set_interrupt_check(nullptr, nullptr); }
-};
-
-}  // namespace
 
 TEST_CASE("an interrupt ends a blocked collective at once and its peers learn", "[shm][errors]") {
   // It used to take effect only when the collective timed out.
-  for (bool async : {false, true}) {
-    INFO((async ? "waiting on a Work" : "a blocking collective"));
-    std::vector<Status> statuses(2);
-    std::vector<double> seconds(2);
-    spawn_ranks(2, [&](Communicator& comm) {
-      float x = 1;
-      const TensorView v = TensorView::flat(&x, 1, DType::kFloat32);
-      const auto start = std::chrono::steady_clock::now();
-      if (comm.rank() == 0) {
-        InterruptFlag flag;
-        std::thread ctrl_c([&] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          flag.raised = true;
-        });
-        statuses[0] = status_of([&] {
-          if (async)
-            comm.all_reduce(v, v, ReduceOp::kSum, true)->wait_interruptibly("wait");
-          else
-            comm.all_reduce(v, v, ReduceOp::kSum, false);
-        });
-        ctrl_c.join();
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(600));
-        statuses[1] = status_of([&] { comm.all_reduce(v, v, ReduceOp::kSum, false); });
-      }
-      seconds[comm.rank()] =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }, 30.0);
-    CHECK(statuses[0].code == StatusCode::kInterrupted);
-    CHECK(seconds[0] < 1.5);
-    INFO(statuses[1].message);
-    CHECK(statuses[1].code == StatusCode::kRemote);
-    CHECK(seconds[1] < 2.0);
-  }
+  check_interrupt({BackendChoice::kAuto, {"one-host", "one-host"}, "shm"});
 }
 
 TEST_CASE("an interrupt check applies to the thread that installed it only", "[shm]") {

@@ -4,7 +4,8 @@
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 
-apt_packages=(catch2 pkg-config g++ ninja-build patchelf)
+# libgloo-dev: the gloo and shm+gloo backends (CPU collectives across hosts).
+apt_packages=(catch2 pkg-config g++ ninja-build patchelf libgloo-dev)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

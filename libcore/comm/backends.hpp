@@ -26,15 +26,21 @@ struct Peers {
   const std::vector<std::string>& hosts;
 };
 
+// Whether this build has the gloo and shm+gloo backends (Gloo was found).
+bool gloo_built() noexcept;
+
 // Throws, before any communication, when `choice` cannot serve this process
 // at all: Unavailable for a backend not in this build, or nccl without a
 // usable CUDA device, driver, NCCL and plugin.
 void check_backend_usable(BackendChoice choice);
 
-// The backend of CPU tensors: shm when every rank is on one host. nullptr
-// when `choice` takes no CPU tensors (nccl). Collective: every rank of
-// `peers` calls it. Throws Unavailable when the ranks span hosts (the gloo
-// backend is not in this build).
+// The backend of CPU tensors. auto: shm when every rank is on one host,
+// gloo when every host has one rank, shm+gloo otherwise; shm: shm, on one
+// host only; gloo: gloo, wherever the ranks are. nullptr when `choice`
+// takes no CPU tensors (nccl). Collective: every rank of `peers` calls it,
+// and every rank succeeds or every rank fails. Throws Unavailable for shm
+// with ranks on several hosts, and for ranks on several hosts without gloo
+// in this build.
 std::unique_ptr<Backend> make_host_backend(BackendChoice choice, const Peers& peers);
 
 // The backend of CUDA tensors on `device` (nccl), for the first CUDA

@@ -52,6 +52,7 @@ std::uint64_t layout_digest(const std::vector<TensorView>& tensors) {
 
 Communicator::Communicator(std::shared_ptr<SharedStore> store, std::string name, int rank,
                            int size, double timeout_s, BackendChoice choice,
+                           std::optional<std::string> host,
                            std::unique_ptr<Backend> device_backend, Device device)
     : store_(std::move(store)), name_(std::move(name)), rank_(rank), size_(size),
       timeout_s_(timeout_s), choice_(choice), device_backend_(std::move(device_backend)),
@@ -61,7 +62,8 @@ Communicator::Communicator(std::shared_ptr<SharedStore> store, std::string name,
   if (!(timeout_s > 0)) invalid_argument("timeout must be positive, got ", timeout_s, " s");
   {
     std::lock_guard lock(store_->mutex);
-    hosts_ = exchange_hosts(*store_->client, name_, rank_, size_, timeout_s_);
+    hosts_ = exchange_hosts(*store_->client, name_, rank_, size_, timeout_s_,
+                            host ? *host : host_identity());
   }
   local_rank_ = local_rank_of(hosts_, rank_);
   host_backend_ = make_host_backend(choice_, Peers{*store_, name_, rank_, size_, timeout_s_, hosts_});
@@ -106,7 +108,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   const Device child_device_id = child_device ? device_ : Device{};
   return std::make_unique<Communicator>(store_, concat(prefix, "/c", color), new_rank,
                                         static_cast<int>(members.size()), timeout_s_, choice_,
-                                        std::move(child_device), child_device_id);
+                                        hosts_[rank_], std::move(child_device), child_device_id);
 }
 
 void Communicator::check_usable(const char* op) const {
@@ -153,7 +155,7 @@ std::shared_ptr<Work> Communicator::run(const char* op, const Device& device, bo
                                         void* stream, Signature signature, Body body) {
   check_usable(op);
   Backend& backend = backend_for(device, op);
-  OpContext ctx{OpLabel{op, next_seq_++}, std::move(signature)};
+  OpContext ctx{OpLabel{op, next_seq_++}, std::move(signature), nullptr, nullptr};
   if (backend.completion() == Completion::kOnDevice) {
     ctx.stream = stream;
     if (async) {

@@ -39,10 +39,12 @@ class ProgressThread;
 class Communicator {
  public:
   // Collective over `size` ranks meeting under key prefix `name` in the
-  // store, using the backends of `choice`. `device_backend`, when given, is
-  // this communicator's device backend, on `device` (from a split).
+  // store, using the backends of `choice`. `host` is this rank's host
+  // identity (comm/hosts.hpp); unset, this process's. `device_backend`, when
+  // given, is this communicator's device backend, on `device` (from a split).
   Communicator(std::shared_ptr<SharedStore> store, std::string name, int rank, int size,
                double timeout_s, BackendChoice choice = BackendChoice::kAuto,
+               std::optional<std::string> host = std::nullopt,
                std::unique_ptr<Backend> device_backend = nullptr, Device device = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -53,12 +55,13 @@ class Communicator {
   int local_rank() const noexcept { return local_rank_; }
   double timeout_s() const noexcept { return timeout_s_; }
   BackendChoice backend_choice() const noexcept { return choice_; }
-  // What CPU tensors use ("shm"), or "nccl" for a communicator that takes
-  // CUDA tensors only.
+  // What CPU tensors use ("shm", "gloo", "shm+gloo"), or "nccl" for a
+  // communicator that takes CUDA tensors only.
   const char* backend_name() const noexcept;
 
   // Ranks passing the same color form a communicator ordered by (key, rank),
-  // with this one's backend choice; a negative color returns nullptr.
+  // with this one's backend choice and host identities; a negative color
+  // returns nullptr.
   // Collective over this communicator.
   std::unique_ptr<Communicator> split(int color, int key);
 

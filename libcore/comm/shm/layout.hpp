@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "comm/call_record.hpp"
+
 namespace concord::shm {
 
 inline constexpr std::uint32_t kMagic = 0x434F4E44;  // "COND"
@@ -30,24 +32,13 @@ struct alignas(kCacheLine) RankControl {
   std::uint32_t reads_peers;
 };
 
-// Extents of a tensor's shape a descriptor keeps for messages; the digest
-// covers them all.
-inline constexpr int kDescribedDims = 4;
-
-// What a rank is about to do; compared across ranks at an operation's first
-// step so that disagreeing ranks fail with Mismatch instead of hanging or
-// reading each other's bytes as something else.
-struct alignas(kCacheLine) Descriptor {
-  std::uint64_t seq;
-  std::uint64_t count;   // elements (bytes for all_gather and broadcast)
-  std::uint64_t digest;  // of the full shape, or of all_reduce_multi's tensor list
-  std::uint64_t address; // single-copy transfers: the buffer peers read (not compared)
-  std::uint32_t kind;
-  std::int32_t dtype;    // -1: none
-  std::int32_t op;       // -1: none
-  std::int32_t root;     // -1: none
-  std::int32_t ndim;
-  std::int64_t extents[kDescribedDims];
+// What a rank is about to do (comm/call_record.hpp); compared across ranks
+// at an operation's first step so that disagreeing ranks fail with
+// Mismatch instead of hanging or reading each other's bytes as something
+// else.
+struct alignas(kCacheLine) Descriptor : CallRecord {
+  // Single-copy transfers: the buffer peers read (not compared).
+  std::uint64_t address;
 };
 
 struct alignas(kCacheLine) Header {

@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "base/deadline.hpp"
-#include "base/digest.hpp"
 #include "base/env.hpp"
 #include "base/format.hpp"
 #include "base/interrupt.hpp"
@@ -80,49 +79,6 @@ std::string unique_segment_name() {
   std::snprintf(name, sizeof name, "/concord-%d-%u-%08x", static_cast<int>(getpid()),
                 counter.fetch_add(1), rd());
   return name;
-}
-
-const char* kind_name(std::uint32_t kind) {
-  switch (kind) {
-    case 1: return "all_reduce";
-    case 2: return "all_gather";
-    case 3: return "reduce_scatter";
-    case 4: return "broadcast";
-    case 5: return "barrier";
-  }
-  return "unknown";
-}
-
-std::uint64_t shape_digest(const Shape& shape) {
-  Digest digest;
-  digest.mix(static_cast<std::uint64_t>(shape.ndim()));
-  for (std::int64_t extent : shape) digest.mix(static_cast<std::uint64_t>(extent));
-  return digest.value();
-}
-
-// "shape (2, 3)", from the extents a descriptor keeps.
-std::string shape_text(const Descriptor& d) {
-  if (d.ndim > kDescribedDims) return concat("a ", d.ndim, "-d shape");
-  return concat("shape ", Shape(d.extents, static_cast<std::size_t>(d.ndim)).str());
-}
-
-std::string describe(const Descriptor& d) {
-  std::string text = concat(kind_name(d.kind), " #", d.seq);
-  if (d.kind == 5) return text;
-  std::string details;
-  auto add = [&details](const std::string& part) {
-    details += (details.empty() ? "" : ", ") + part;
-  };
-  if (d.dtype >= 0) add(concat(dtype_name(static_cast<DType>(d.dtype)), " ", shape_text(d)));
-  else add(concat("tensor list ", std::hex, d.digest));
-  if (d.op >= 0) add(reduce_op_name(static_cast<ReduceOp>(d.op)));
-  if (d.root >= 0) add(concat("root ", d.root));
-  return text + " (" + details + ")";
-}
-
-bool same_collective(const Descriptor& a, const Descriptor& b) {
-  return a.seq == b.seq && a.count == b.count && a.digest == b.digest && a.kind == b.kind &&
-         a.dtype == b.dtype && a.op == b.op && a.root == b.root && a.ndim == b.ndim;
 }
 
 }  // namespace
@@ -275,34 +231,17 @@ void ShmBackend::begin(OpLabel label) {
   check_aborted(label);
 }
 
-void ShmBackend::publish_descriptor(const Step& step, const OpContext& ctx, Kind kind,
+void ShmBackend::publish_descriptor(const Step& step, const OpContext& ctx, CallKind kind,
                                     std::uint64_t count, const void* address) noexcept {
-  const Signature& sig = ctx.signature;
   Descriptor& d = descriptor(step.buffer, rank_);
-  d.seq = ctx.label.seq;
-  d.count = count;
+  static_cast<CallRecord&>(d) = record_of(kind, ctx, count);
   d.address = reinterpret_cast<std::uint64_t>(address);
-  d.digest = sig.dtype >= 0 ? shape_digest(sig.shape) : sig.layout;
-  d.kind = static_cast<std::uint32_t>(kind);
-  d.dtype = sig.dtype;
-  d.op = sig.op;
-  d.root = sig.root;
-  d.ndim = sig.shape.ndim();
-  std::copy_n(sig.shape.begin(), std::min(d.ndim, kDescribedDims), d.extents);
 }
 
 void ShmBackend::check_descriptors(const Step& step, OpLabel label) {
-  const Descriptor& mine = descriptor(step.buffer, rank_);
-  std::string disagreeing;
-  for (int q = 0; q < nranks_; ++q) {
-    const Descriptor& theirs = descriptor(step.buffer, q);
-    if (!same_collective(mine, theirs))
-      disagreeing += concat("; rank ", q, " called ", describe(theirs));
-  }
-  if (!disagreeing.empty())
-    fail(StatusCode::kMismatch, label.name, " #", label.seq,
-         ": ranks disagree on the collective: rank ", rank_, " called ", describe(mine),
-         disagreeing);
+  check_agreement(
+      label, rank_, nranks_, [&](int q) -> const CallRecord& { return descriptor(step.buffer, q); },
+      [](int q) { return q; });
 }
 
 void ShmBackend::sync(OpLabel label) {
@@ -423,7 +362,7 @@ void ShmBackend::all_reduce_one_shot(const OpContext& ctx, const void* send, voi
   const Step step = next_step();
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes != 0) std::memcpy(slot(step.buffer, rank_), send, bytes);
-  publish_descriptor(step, ctx, Kind::kAllReduce, count);
+  publish_descriptor(step, ctx, CallKind::kAllReduce, count);
   sync(label);
   check_descriptors(step, label);
   if (count == 0) return;
@@ -452,7 +391,7 @@ void ShmBackend::all_reduce_pipelined(const OpContext& ctx, const void* send, vo
         std::memcpy(mine + part.begin * elem, in + (offset + part.begin) * elem, part.size() * elem);
     }
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, ctx, Kind::kAllReduce, count);
+    if (first) publish_descriptor(step, ctx, CallKind::kAllReduce, count);
     sync(label);
     if (first) check_descriptors(step, label);
 
@@ -488,7 +427,7 @@ void ShmBackend::all_gather(const OpContext& ctx, const void* send, void* recv, 
     const Step step = next_step();
     if (n != 0) std::memcpy(slot(step.buffer, rank_), in + offset, n);
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, ctx, Kind::kAllGather, bytes);
+    if (first) publish_descriptor(step, ctx, CallKind::kAllGather, bytes);
     sync(label);
     if (first) check_descriptors(step, label);
     for (int q = 0; q < nranks_ && n != 0; ++q) {
@@ -519,7 +458,7 @@ void ShmBackend::reduce_scatter(const OpContext& ctx, const void* send, void* re
       if (b != rank_)
         std::memcpy(mine + b * block * elem, in + (b * count + offset) * elem, n * elem);
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, ctx, Kind::kReduceScatter, count);
+    if (first) publish_descriptor(step, ctx, CallKind::kReduceScatter, count);
     sync(label);
     if (first) check_descriptors(step, label);
     if (n != 0) {
@@ -546,7 +485,7 @@ void ShmBackend::broadcast(const OpContext& ctx, const void* send, void* recv, s
     const Step step = next_step();
     if (rank_ == root && n != 0) std::memcpy(slot(step.buffer, root), in + offset, n);
     const bool first = offset == 0;
-    if (first) publish_descriptor(step, ctx, Kind::kBroadcast, bytes);
+    if (first) publish_descriptor(step, ctx, CallKind::kBroadcast, bytes);
     sync(label);
     if (first) check_descriptors(step, label);
     if (n != 0) {
@@ -566,7 +505,7 @@ void ShmBackend::all_gather_single_copy(const OpContext& ctx, const void* send, 
   const OpLabel label = ctx.label;
   begin(label);
   const Step step = next_step();
-  publish_descriptor(step, ctx, Kind::kAllGather, bytes, send);
+  publish_descriptor(step, ctx, CallKind::kAllGather, bytes, send);
   sync(label);
   check_descriptors(step, label);
   char* out = static_cast<char*>(recv);
@@ -584,7 +523,7 @@ void ShmBackend::broadcast_single_copy(const OpContext& ctx, const void* send, v
   const OpLabel label = ctx.label;
   begin(label);
   const Step step = next_step();
-  publish_descriptor(step, ctx, Kind::kBroadcast, bytes, rank_ == root ? send : nullptr);
+  publish_descriptor(step, ctx, CallKind::kBroadcast, bytes, rank_ == root ? send : nullptr);
   sync(label);
   check_descriptors(step, label);
   if (rank_ == root) {
@@ -611,7 +550,7 @@ void ShmBackend::barrier(const OpContext& ctx) {
   const OpLabel label = ctx.label;
   begin(label);
   const Step step = next_step();
-  publish_descriptor(step, ctx, Kind::kBarrier, 0);
+  publish_descriptor(step, ctx, CallKind::kBarrier, 0);
   sync(label);
   check_descriptors(step, label);
 }

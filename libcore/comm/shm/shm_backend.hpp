@@ -57,8 +57,6 @@ class ShmBackend final : public Backend {
   bool single_copy() const noexcept { return single_copy_; }
 
  private:
-  enum class Kind : std::uint32_t { kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kBarrier };
-
   struct Step {  // one pipeline step: which buffer it uses
     int buffer;
   };
@@ -85,7 +83,7 @@ class ShmBackend final : public Backend {
   // Starts an operation: sets its deadline, fails fast if aborted.
   void begin(OpLabel label);
   Step next_step() noexcept;
-  void publish_descriptor(const Step& step, const OpContext& ctx, Kind kind,
+  void publish_descriptor(const Step& step, const OpContext& ctx, CallKind kind,
                           std::uint64_t count, const void* address = nullptr) noexcept;
   void check_descriptors(const Step& step, OpLabel label);
   // Publishes this rank's step and waits until every rank published it.
