@@ -308,6 +308,13 @@ def test_each_status_raises_its_class(status):
     assert str(info.value)
 
 
+def test_interrupted_raises_what_interrupted_it():
+    # Without a signal handler's exception at hand, an interrupted call
+    # raises KeyboardInterrupt, as Ctrl-C does.
+    with pytest.raises(KeyboardInterrupt):
+        _capi.check_status(Status.INTERRUPTED)
+
+
 def test_ok_raises_nothing():
     assert _capi.check_status(Status.OK) == 0
 

@@ -93,9 +93,14 @@ cdef extern from "concord/concord.h" nogil:
         CONCORD_ERR_ABORTED
         CONCORD_ERR_OUT_OF_MEMORY
         CONCORD_ERR_INTERNAL
+        CONCORD_ERR_INTERRUPTED
 
     const char* concord_status_string(concord_status status)
     const char* concord_last_error()
+
+    # interrupting blocking calls
+    ctypedef int (*concord_interrupt_check)(void* user) noexcept nogil
+    concord_status concord_set_interrupt_check(concord_interrupt_check check, void* user)
 
     ctypedef enum concord_reduce_op:
         CONCORD_SUM
