@@ -67,6 +67,23 @@ def test_explicit_arguments_outside_the_world():
     assert not cc.is_initialized()
 
 
+@pytest.mark.parametrize("argument", ["rank", "world_size"])
+def test_negative_rank_or_world_size(argument):
+    # C reads -1 as "from the environment": a negative number given here
+    # must not be taken for that.
+    for value in (-1, -3):
+        with pytest.raises(InvalidArgumentError) as info:
+            cc.init(**{argument: value})
+        assert str(info.value) == f"{argument} must be >= 0, got {value}"
+    assert not cc.is_initialized()
+
+
+def test_infinite_timeout():
+    comm = cc.init(timeout=float("inf"))
+    assert comm.timeout == float("inf")
+    assert cc.all_reduce(np.arange(3)).tolist() == [0, 1, 2]
+
+
 def test_context_manager_closes():
     with cc.init() as comm:
         assert not comm.closed

@@ -1,6 +1,10 @@
 """Communicators: the Communicator class, and joining and leaving the world
 (concord.init, concord.shutdown) with the queries of the world's ranks."""
 
+import os
+import sys
+import weakref
+
 from . import _capi, _world, collectives
 from .errors import ConcordError, InvalidArgumentError
 
@@ -27,6 +31,7 @@ class Communicator:
 
     def __init__(self, handle):
         self._handle = handle
+        _live.add(self)
 
     @property
     def rank(self):
@@ -100,8 +105,47 @@ class Communicator:
         collectives.barrier(comm=self)
 
 
+# The communicators of this process still referenced. A process dying of an
+# uncaught exception aborts them first, so its peers fail at once naming it,
+# instead of waiting for the work it queued until their timeouts.
+_live = weakref.WeakSet()
+
+
+def abort_open_communicators():
+    """Aborts every open communicator of this process (for a process that
+    is failing: its peers' collectives fail at once)."""
+    for comm in list(_live):
+        if not comm.closed:
+            try:
+                comm.abort()
+            except ConcordError:
+                pass  # already unusable: the peers learn of it anyway
+
+
+def _aborting_first(excepthook):
+    def abort_then_report(exc_type, exc, tb):
+        abort_open_communicators()
+        excepthook(exc_type, exc, tb)
+    return abort_then_report
+
+
+sys.excepthook = _aborting_first(sys.excepthook)
+# A forked child's communicators are its parent's, which it must not abort.
+os.register_at_fork(after_in_child=_live.clear)
+
+
 def _optional(value, unset):
     return unset if value is None else value
+
+
+def _explicit_count(value, name):
+    """`value` (None: from the environment) for C, where -1 means unset and
+    so a caller's negative number must be refused here."""
+    if value is None:
+        return -1
+    if value < 0:
+        raise InvalidArgumentError(f"{name} must be >= 0, got {value}")
+    return value
 
 
 def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master_port=None,
@@ -118,8 +162,8 @@ def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master
     if timeout is not None and not timeout > 0:
         raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
     handle = _capi.Comm.init(
-        rank=_optional(rank, -1),
-        world_size=_optional(world_size, -1),
+        rank=_explicit_count(rank, "rank"),
+        world_size=_explicit_count(world_size, "world_size"),
         master_addr=master_addr,
         master_port=_optional(master_port, 0),
         token=None,

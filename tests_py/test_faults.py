@@ -1,0 +1,135 @@
+"""Fault injection with real processes: a rank that dies (SIGKILL, SIGTERM,
+os._exit, an uncaught exception) before, during or between asynchronous
+collectives on 3 and 4 ranks. Every survivor must get RemoteError naming
+the failed rank within a few seconds, never a hang nor a timeout blaming
+healthy ranks; every case is bounded in time and leaves no process or
+shared-memory segment behind."""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+import time
+
+import pytest
+
+from helpers import RankProcesses, json_events
+
+# The collectives' timeout in the ranks: a survivor that had to wait for it
+# would take this long; every case must end well before.
+_TIMEOUT_S = 20.0
+# How long a survivor may take to fail after the victim died.
+_DETECTED_S = 3.0
+# How long the last survivor waits before joining the collective the victim
+# dies in, so that the collective is in flight on the others.
+_LATE_S = 0.5
+# For an uncaught exception the late survivor waits longer: without an
+# abort the victim would wait that long for it before exiting.
+_LATE_EXCEPTION_S = 4.0
+
+_RANK = textwrap.dedent("""
+    import json, os, signal, sys, time
+    import numpy as np
+    import concord as cc
+
+    victim, how, when = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    timeout, late_s = float(sys.argv[4]), float(sys.argv[5])
+    cc.init(timeout=timeout)
+    rank, size = cc.rank(), cc.world_size()
+    data = np.full(1 << 18, rank + 1, np.float32)
+
+    def report(**fields):
+        print(json.dumps({"rank": rank, "time": time.monotonic(), **fields}), flush=True)
+
+    def die():
+        report(event="dying")
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif how == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif how == "exit":
+            os._exit(3)
+        raise RuntimeError("the victim fails")
+
+    def collectives(count):
+        works = [cc.all_reduce(data, async_op=True) if i % 2 == 0
+                 else cc.all_gather(data, async_op=True) for i in range(count)]
+        for work in works:
+            work.wait()
+
+    if rank == victim and when == "before":
+        die()
+    late = rank == (size - 1 if victim != size - 1 else 0)
+    if when == "during" and late:
+        time.sleep(late_s)
+    if rank == victim and when == "during":
+        pending = [cc.all_reduce(data, async_op=True), cc.all_gather(data, async_op=True)]
+        time.sleep(0.2)
+        die()
+    try:
+        report(event="issuing")
+        collectives(2)
+        if rank == victim:  # between
+            die()
+        report(event="issuing")
+        collectives(3)
+        report(event="finished")
+    except cc.ConcordError as exc:
+        report(event="error", error=type(exc).__name__, message=str(exc))
+""")
+
+
+def _run_case(tmp_path, nranks, victim, how, when, timeout=_TIMEOUT_S):
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK)
+    late_s = _LATE_EXCEPTION_S if how == "exception" else _LATE_S
+    start = time.monotonic()
+    with RankProcesses(script, nranks, victim, how, when, timeout, late_s) as ranks:
+        finished = ranks.finish(timeout=_TIMEOUT_S + 30)
+    elapsed = time.monotonic() - start
+    return finished, ranks.leftover_segments, elapsed
+
+
+_EXIT_CODES = {"sigkill": -signal.SIGKILL, "sigterm": -signal.SIGTERM, "exit": 3,
+               "exception": 1}
+
+
+@pytest.mark.parametrize("nranks, victim", [(3, 1), (4, 2)], ids=["3ranks", "4ranks"])
+@pytest.mark.parametrize("when", ["before", "during", "between"])
+@pytest.mark.parametrize("how", ["sigkill", "sigterm", "exit", "exception"])
+def test_a_dying_rank_fails_its_peers_at_once(tmp_path, nranks, victim, how, when):
+    finished, leftover, elapsed = _run_case(tmp_path, nranks, victim, how, when)
+    hung = [rank for rank, (code, _, _) in enumerate(finished) if code is None]
+    assert not hung, f"ranks {hung} were still running after {elapsed:.0f} s: {finished}"
+    code, stdout, stderr = finished[victim]
+    assert code == _EXIT_CODES[how], stderr
+    death = next(e["time"] for e in json_events(stdout) if e["event"] == "dying")
+    if how == "exception":
+        assert "RuntimeError: the victim fails" in stderr
+    for rank, (code, stdout, stderr) in enumerate(finished):
+        if rank == victim:
+            continue
+        assert code == 0, stderr
+        events = json_events(stdout)
+        error = events[-1]
+        assert error["event"] == "error", (rank, events)
+        assert error["error"] == "RemoteError", (rank, error)
+        # An uncaught exception aborts the victim's communicators at once
+        # (its queued work does not drain first): the peers are told so.
+        named = f"rank {victim} aborted" if how == "exception" else f"rank {victim}"
+        assert named in error["message"], (rank, error)
+        issued = max(e["time"] for e in events if e["event"] == "issuing")
+        assert error["time"] - max(death, issued) < _DETECTED_S, (rank, error, death)
+    assert leftover == []
+    assert elapsed < _TIMEOUT_S
+
+
+def test_an_infinite_timeout_still_detects_a_dead_peer(tmp_path):
+    finished, leftover, elapsed = _run_case(tmp_path, 3, 1, "sigkill", "during",
+                                            timeout=float("inf"))
+    for rank in (0, 2):
+        code, stdout, stderr = finished[rank]
+        assert code == 0, stderr
+        error = json_events(stdout)[-1]
+        assert error["error"] == "RemoteError" and "rank 1" in error["message"], error
+    assert leftover == [] and elapsed < _TIMEOUT_S
