@@ -7,6 +7,7 @@ shared-memory segment behind."""
 
 from __future__ import annotations
 
+import json
 import signal
 import textwrap
 import time
@@ -133,3 +134,81 @@ def test_an_infinite_timeout_still_detects_a_dead_peer(tmp_path):
         error = json_events(stdout)[-1]
         assert error["error"] == "RemoteError" and "rank 1" in error["message"], error
     assert leftover == [] and elapsed < _TIMEOUT_S
+
+
+# ---- a metric sync that fails part-way ------------------------------------------
+
+_METRIC_RANK = textwrap.dedent("""
+    import json, os, signal, sys, threading, time
+    import numpy as np
+    import concord as cc
+    from concord import metrics as M
+
+    CLASSES, VICTIM = int(sys.argv[1]), int(sys.argv[2])
+    DELAYS_S = [0.0, 0.001, 0.002, 0.005, 0.01]
+    world = cc.init(timeout=30.0)
+    rank, size = world.rank, world.size
+    rng = np.random.default_rng(rank)
+
+    def collection():
+        return M.MetricCollection({"cm": M.ConfusionMatrix(CLASSES), "sum": M.Sum(),
+                                   "max": M.Max(), "min": M.Min(), "cat": M.Cat()})
+
+    def fill(metrics):
+        n = 200_000
+        metrics["cm"].update(rng.integers(0, CLASSES, n), rng.integers(0, CLASSES, n))
+        for name in ("sum", "max", "min", "cat"):
+            metrics[name].update(rng.normal(size=50))
+
+    def windows(metrics):
+        return {name: m.state_dict()["window"] for name, m in metrics.items()}
+
+    def unchanged(before, after):
+        return all(np.array_equal(before[n][s], after[n][s]) for n in before for s in before[n])
+
+    outcomes = []
+    # Each attempt on a fresh communicator, which the victim aborts while
+    # the sync is under way; the last one on the world, where it dies.
+    for attempt, delay in enumerate([*DELAYS_S, None]):
+        comm = world if delay is None else world.split(0)
+        metrics = collection()
+        fill(metrics)
+        before = windows(metrics)
+        try:
+            # The failure may reach a survivor while it still starts the
+            # collectives (trigger_sync raises), or while they run.
+            metrics.trigger_sync(comm)
+            if rank == VICTIM:
+                if delay is None:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(delay)
+                comm.abort()
+            metrics.wait_sync()
+            error = None
+        except cc.ConcordError as exc:
+            error = type(exc).__name__
+        if rank != VICTIM:
+            outcomes.append({"attempt": attempt, "error": error,
+                             "unchanged": unchanged(before, windows(metrics))})
+    print(json.dumps(outcomes), flush=True)
+""")
+
+
+def test_a_failed_metric_sync_leaves_every_window_as_it_was(tmp_path):
+    script = tmp_path / "metric_rank.py"
+    script.write_text(_METRIC_RANK)
+    with RankProcesses(script, 3, 1500, 2) as ranks:
+        finished = ranks.finish(timeout=120)
+    for rank in (0, 1):
+        code, stdout, stderr = finished[rank]
+        assert code == 0, stderr
+        outcomes = json.loads(stdout)
+        failed = [o for o in outcomes if o["error"] is not None]
+        # A sync may finish before an abort late in it; the victim's death
+        # on the world, and most aborts, come while it runs.
+        assert outcomes[-1] in failed and len(failed) >= 3, outcomes
+        for outcome in failed:
+            assert outcome["error"] == "RemoteError", outcome
+            assert outcome["unchanged"], f"rank {rank}: {outcome}"
+    assert finished[2][0] == -signal.SIGKILL
+    assert ranks.leftover_segments == []
