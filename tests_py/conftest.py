@@ -40,6 +40,10 @@ _JOB_VARIABLE = re.compile(r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER
 def pytest_configure(config):
     config.addinivalue_line("markers", "jax: uses JAX in the test process; runs after the "
                                        "other tests")
+    # This process runs torch ops on several threads, and forks the ranks of
+    # concord.launch, which warns; no rank forked here runs a parallel torch
+    # op (the test of that hazard starts its ranks with spawn).
+    config.addinivalue_line("filterwarnings", "ignore::concord.notebook.UnsafeForkWarning")
 
 
 def pytest_collection_modifyitems(items):

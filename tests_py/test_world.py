@@ -95,9 +95,11 @@ def test_context_manager_closes():
 
 def _world_facts(explicit):
     if explicit:
+        # The launcher serves concord's store on CONCORD_MASTER_PORT
+        # (MASTER_PORT is left to torch.distributed).
         comm = cc.init(rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
-                       master_addr=os.environ["MASTER_ADDR"],
-                       master_port=int(os.environ["MASTER_PORT"]), timeout=60.0)
+                       master_addr=os.environ["CONCORD_MASTER_ADDR"],
+                       master_port=int(os.environ["CONCORD_MASTER_PORT"]), timeout=60.0)
     else:
         comm = cc.init(timeout=60.0)
     facts = {"rank": cc.rank(), "size": cc.world_size(), "local_rank": cc.local_rank(),
