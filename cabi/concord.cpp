@@ -277,7 +277,9 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
         options->struct_size > sizeof(concord_comm_options))
       concord::invalid_argument("options->struct_size is ", options->struct_size,
                                 "; set it to sizeof(concord_comm_options)");
-    opts = *options;
+    // A caller built against an older header has fewer fields: the later
+    // ones keep their defaults.
+    std::memcpy(&opts, options, options->struct_size);
   }
   concord::WorldOptions world;
   world.backend = concord::backend_choice_from_name(opts.backend ? opts.backend : "auto");
@@ -289,6 +291,7 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
   if (opts.master_port != 0) world.bootstrap.master_port = opts.master_port;
   if (opts.token != nullptr) world.bootstrap.token = opts.token;
   if (opts.timeout_s > 0) world.timeout_s = opts.timeout_s;
+  world.store_served_elsewhere = opts.store_served_elsewhere != 0;
   *out = new concord_comm{concord::init_world(world)};
   CONCORD_API_END
 }

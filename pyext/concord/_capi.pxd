@@ -152,6 +152,7 @@ cdef extern from "concord/concord.h" nogil:
         const char* token
         double timeout_s
         const char* backend
+        int store_served_elsewhere
 
     # CONCORD_COMM_OPTIONS_INIT is a brace initializer, which Cython cannot
     # assign; callers set every field (struct_size first) instead.

@@ -602,7 +602,7 @@ cdef class Comm:
     cdef readonly int rank
     cdef readonly int size
     cdef readonly int local_rank
-    cdef object keepalive  # the store or parent it was made from
+    cdef object keepalive  # the store, parent or store server it relies on
     cdef int pid
 
     def __cinit__(self):
@@ -624,9 +624,11 @@ cdef class Comm:
 
     @staticmethod
     def init(int rank, int world_size, master_addr, int master_port, token, double timeout,
-             backend):
+             backend, StoreServer store_server=None):
         """The world communicator; unset arguments (-1, None, 0) come from
-        the environment."""
+        the environment. `store_server`: the store this process serves for
+        the job (then not served by the C library), kept alive with the
+        communicator."""
         cdef bytes addr_c = None if master_addr is None else _c_string(master_addr, "master_addr")
         cdef bytes token_c = None if token is None else _c_string(token, "token")
         cdef bytes backend_c = None if backend is None else _c_string(backend, "backend")
@@ -641,10 +643,11 @@ cdef class Comm:
         options.token = _c_string_or_null(token_c)
         options.timeout_s = timeout
         options.backend = _c_string_or_null(backend_c)
+        options.store_served_elsewhere = store_server is not None
         with nogil:
             status = concord_comm_init(&options, &handle)
         check_status(status)
-        return Comm._wrap(handle, None)
+        return Comm._wrap(handle, store_server)
 
     @staticmethod
     def from_store(Store store not None, name, int rank, int size, double timeout):

@@ -5,7 +5,7 @@ import os
 import sys
 import weakref
 
-from . import _capi, _world, collectives
+from . import _capi, _torchrun, _world, collectives
 from .errors import ConcordError, InvalidArgumentError
 
 __all__ = [
@@ -155,20 +155,30 @@ def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master
     Arguments left None come from the environment: CONCORD_*, then torchrun
     (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI, PMI,
     SLURM; with nothing set this process is a world of one. `timeout` (seconds,
-    default CONCORD_TIMEOUT or 600) bounds every blocking operation.
+    default CONCORD_TIMEOUT or 600; inf: no limit) bounds every blocking
+    operation. Under torchrun across several hosts, rank 0 serves concord's
+    store and publishes it in torch's (concord._torchrun).
     """
     if is_initialized():
         raise ConcordError("concord is already initialised: call concord.shutdown() first")
     if timeout is not None and not timeout > 0:
         raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
+    rank_c = _explicit_count(rank, "rank")
+    world_size_c = _explicit_count(world_size, "world_size")
+    store = None
+    if master_addr is None and master_port is None:
+        store = _torchrun.published_store(rank, world_size, timeout)
+    if store is not None:
+        master_addr, master_port = store.host, store.port
     handle = _capi.Comm.init(
-        rank=_explicit_count(rank, "rank"),
-        world_size=_explicit_count(world_size, "world_size"),
+        rank=rank_c,
+        world_size=world_size_c,
         master_addr=master_addr,
         master_port=_optional(master_port, 0),
-        token=None,
+        token=None if store is None else store.token,
         timeout=_optional(timeout, 0.0),
         backend=backend,
+        store_server=None if store is None else store.server,
     )
     comm = Communicator(handle)
     _world.replace(comm)
