@@ -24,8 +24,8 @@ _DETECTED_S = 3.0
 # How long the last survivor waits before joining the collective the victim
 # dies in, so that the collective is in flight on the others.
 _LATE_S = 0.5
-# For an uncaught exception the late survivor waits longer: without an
-# abort the victim would wait that long for it before exiting.
+# For an exception the late survivor waits longer: without an abort the
+# victim would wait that long for it before exiting.
 _LATE_EXCEPTION_S = 4.0
 
 _RANK = textwrap.dedent("""
@@ -50,6 +50,11 @@ _RANK = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGTERM)
         elif how == "exit":
             os._exit(3)
+        elif how == "shutdown":  # the world closed while the exception is raised
+            try:
+                raise RuntimeError("the victim fails")
+            finally:
+                cc.shutdown()
         raise RuntimeError("the victim fails")
 
     def collectives(count):
@@ -83,7 +88,7 @@ _RANK = textwrap.dedent("""
 def _run_case(tmp_path, nranks, victim, how, when, timeout=_TIMEOUT_S):
     script = tmp_path / "rank.py"
     script.write_text(_RANK)
-    late_s = _LATE_EXCEPTION_S if how == "exception" else _LATE_S
+    late_s = _LATE_EXCEPTION_S if how in _RAISING else _LATE_S
     start = time.monotonic()
     with RankProcesses(script, nranks, victim, how, when, timeout, late_s) as ranks:
         finished = ranks.finish(timeout=_TIMEOUT_S + 30)
@@ -92,12 +97,17 @@ def _run_case(tmp_path, nranks, victim, how, when, timeout=_TIMEOUT_S):
 
 
 _EXIT_CODES = {"sigkill": -signal.SIGKILL, "sigterm": -signal.SIGTERM, "exit": 3,
-               "exception": 1}
+               "exception": 1, "shutdown": 1}
+# Ways of dying by an exception: the victim aborts its communicators.
+_RAISING = ("exception", "shutdown")
 
 
-@pytest.mark.parametrize("nranks, victim", [(3, 1), (4, 2)], ids=["3ranks", "4ranks"])
-@pytest.mark.parametrize("when", ["before", "during", "between"])
-@pytest.mark.parametrize("how", ["sigkill", "sigterm", "exit", "exception"])
+@pytest.mark.parametrize("nranks, victim, how, when", [
+    pytest.param(nranks, victim, how, when, id=f"{how}-{when}-{nranks}ranks")
+    for nranks, victim in ((3, 1), (4, 2))
+    for how in ("sigkill", "sigterm", "exit", "exception")
+    for when in ("before", "during", "between")
+] + [pytest.param(3, 1, "shutdown", "during", id="shutdown-during-3ranks")])
 def test_a_dying_rank_fails_its_peers_at_once(tmp_path, nranks, victim, how, when):
     finished, leftover, elapsed = _run_case(tmp_path, nranks, victim, how, when)
     hung = [rank for rank, (code, _, _) in enumerate(finished) if code is None]
@@ -105,7 +115,7 @@ def test_a_dying_rank_fails_its_peers_at_once(tmp_path, nranks, victim, how, whe
     code, stdout, stderr = finished[victim]
     assert code == _EXIT_CODES[how], stderr
     death = next(e["time"] for e in json_events(stdout) if e["event"] == "dying")
-    if how == "exception":
+    if how in _RAISING:
         assert "RuntimeError: the victim fails" in stderr
     for rank, (code, stdout, stderr) in enumerate(finished):
         if rank == victim:
@@ -115,9 +125,9 @@ def test_a_dying_rank_fails_its_peers_at_once(tmp_path, nranks, victim, how, whe
         error = events[-1]
         assert error["event"] == "error", (rank, events)
         assert error["error"] == "RemoteError", (rank, error)
-        # An uncaught exception aborts the victim's communicators at once
+        # An exception aborts the victim's communicators at once
         # (its queued work does not drain first): the peers are told so.
-        named = f"rank {victim} aborted" if how == "exception" else f"rank {victim}"
+        named = f"rank {victim} aborted" if how in _RAISING else f"rank {victim}"
         assert named in error["message"], (rank, error)
         issued = max(e["time"] for e in events if e["event"] == "issuing")
         assert error["time"] - max(death, issued) < _DETECTED_S, (rank, error, death)

@@ -24,7 +24,7 @@ class Communicator:
     """A group of ranks that run collectives together.
 
     As a context manager it closes on exit, aborting first when the block
-    raised, so that peers waiting in a collective fail fast.
+    raised, so that peers waiting in a collective fail fast (see close()).
     """
 
     __slots__ = ("_handle", "__weakref__")
@@ -72,14 +72,18 @@ class Communicator:
         self._handle.abort()
 
     def close(self):
+        """Closes the communicator once its queued collectives finished.
+        Called while an exception is raised or handled (in a ``finally``
+        or ``except`` block), it aborts first: a failing rank does not wait
+        for work its peers may never join, and they fail at once."""
+        if sys.exc_info()[1] is not None and not self.closed:
+            self.abort()
         self._handle.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None and not self.closed:
-            self.abort()
         self.close()
 
     def __repr__(self):
@@ -186,7 +190,9 @@ def init(backend="auto", *, rank=None, world_size=None, master_addr=None, master
 
 
 def shutdown():
-    """Closes the world communicator; init() may be called again afterwards."""
+    """Closes the world communicator (aborting it first when called while an
+    exception is raised or handled, see Communicator.close); init() may be
+    called again afterwards."""
     comm = _world.replace(None)
     if comm is not None:
         comm.close()
