@@ -295,6 +295,7 @@ concord_status concord_comm_init(const concord_comm_options* options, concord_co
   if (opts.master_port != 0) world.bootstrap.master_port = opts.master_port;
   if (opts.token != nullptr) world.bootstrap.token = opts.token;
   if (opts.timeout_s > 0) world.timeout_s = opts.timeout_s;
+  world.store_served_elsewhere = opts.store_served_elsewhere != 0;
   *out = new concord_comm{concord::init_world(world)};
   CONCORD_API_END
 }

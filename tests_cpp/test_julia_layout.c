@@ -43,7 +43,7 @@ static void layouts(void) {
   OFFSET(DLTensor, strides, 32);
   OFFSET(DLTensor, byte_offset, 40);
 
-  SIZE(concord_comm_options, 56);
+  SIZE(concord_comm_options, 64);
   OFFSET(concord_comm_options, struct_size, 0);
   OFFSET(concord_comm_options, rank, 8);
   OFFSET(concord_comm_options, world_size, 12);
@@ -52,6 +52,7 @@ static void layouts(void) {
   OFFSET(concord_comm_options, token, 32);
   OFFSET(concord_comm_options, timeout_s, 40);
   OFFSET(concord_comm_options, backend, 48);
+  OFFSET(concord_comm_options, store_served_elsewhere, 56);
 
   SIZE(concord_grad_sync_options, 32);
   OFFSET(concord_grad_sync_options, struct_size, 0);
@@ -94,6 +95,7 @@ static void defaults(void) {
   NULL_DEFAULT(comm, concord_comm_options, token);
   DOUBLE_DEFAULT(comm, concord_comm_options, timeout_s);
   NULL_DEFAULT(comm, concord_comm_options, backend);
+  INT_DEFAULT(comm, concord_comm_options, store_served_elsewhere);
 
   const concord_grad_sync_options sync = CONCORD_GRAD_SYNC_OPTIONS_INIT;
   INT_DEFAULT(sync, concord_grad_sync_options, struct_size);

@@ -37,6 +37,22 @@ _JOB_VARIABLE = re.compile(r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER
                            r"|OMPI_.*|PMI_.*|SLURM_.*)")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "jax: uses JAX in the test process; runs after the "
+                                       "other tests")
+    # This process runs torch ops on several threads, and forks the ranks of
+    # concord.launch, which warns; no rank forked here runs a parallel torch
+    # op (the test of that hazard starts its ranks with spawn).
+    config.addinivalue_line("filterwarnings", "ignore::concord.notebook.UnsafeForkWarning")
+
+
+def pytest_collection_modifyitems(items):
+    # JAX starts threads once it is used, and a process running them must
+    # not fork (JAX warns: the children may deadlock), which many tests do
+    # to start ranks; the tests using JAX here run after all of them.
+    items.sort(key=lambda item: item.get_closest_marker("jax") is not None)
+
+
 @pytest.fixture(autouse=True)
 def _clean_job(monkeypatch):
     for name in list(os.environ):

@@ -1,7 +1,8 @@
 """What several test modules, and the ranks they start, share: each rank's
 random data and the NumPy references of the collectives, a collector of
 the failures of one rank's checks, host copies of torch tensors, a GPU
-delay, and the install locations `python -m concord` reports.
+delay, the install locations `python -m concord` reports, and ranks run as
+processes of a job served by the test.
 
 conftest.py puts this directory on sys.path (the suite imports test
 modules by path), so test modules import it by name; the fixtures
@@ -9,8 +10,12 @@ modules by path), so test modules import it by name; the fixtures
 """
 
 import importlib.util
+import json
+import os
+import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +136,71 @@ def load_module(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# ---- ranks as processes of a job served here -------------------------------------
+
+def json_events(stdout):
+    """The JSON objects a rank printed, one a line (other lines skipped)."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+class RankProcesses:
+    """`nranks` fresh processes running `script args...` as the ranks of one
+    job that meets at a store served by this process (as concord-run's
+    ranks do). As a context manager it kills, on exit, every rank still
+    running and removes any shared-memory segment their communicators left
+    (none should be: `leftover_segments` says which were)."""
+
+    def __init__(self, script, nranks, *args, env=None, cwd=None):
+        self.script = str(script)
+        self.nranks = nranks
+        self.args = [str(a) for a in args]
+        self.env = env or {}
+        self.cwd = cwd
+        self.processes = []
+        self.leftover_segments = []
+        self._server = None
+
+    def __enter__(self):
+        from concord import _capi
+        token = secrets.token_hex(16)
+        self._server = _capi.StoreServer("127.0.0.1", 0, token)
+        for rank in range(self.nranks):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
+                       WORLD_SIZE=str(self.nranks), LOCAL_WORLD_SIZE=str(self.nranks),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(self._server.port),
+                       CONCORD_JOB_TOKEN=token, CONCORD_STORE_SERVER="launcher", **self.env)
+            self.processes.append(subprocess.Popen(
+                [sys.executable, self.script, *self.args], env=env, cwd=self.cwd,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, errors="replace"))
+        return self
+
+    def finish(self, timeout):
+        """[(returncode, stdout, stderr)] per rank once all exited; a rank
+        still running after `timeout` seconds (all together) is killed and
+        reported with returncode None."""
+        deadline = time.monotonic() + timeout
+        results = []
+        for process in self.processes:
+            try:
+                stdout, stderr = process.communicate(
+                    timeout=max(0.1, deadline - time.monotonic()))
+                results.append((process.returncode, stdout, stderr))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
+                results.append((None, stdout, stderr))
+        return results
+
+    def __exit__(self, *exc_info):
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+        self._server.close()
+        for process in self.processes:
+            for segment in Path("/dev/shm").glob(f"concord-{process.pid}-*"):
+                self.leftover_segments.append(segment.name)
+                segment.unlink(missing_ok=True)

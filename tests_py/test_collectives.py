@@ -9,6 +9,7 @@ compute the reference itself.
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -371,6 +372,58 @@ def test_waiting_less_than_the_collective_takes(thread_ranks):
 
     for result in thread_ranks(2, rank_main):
         assert result.tolist() == [2, 2, 2]
+
+
+def test_wait_timeouts(thread_ranks):
+    def rank_main(comm):
+        results = []
+        for timeout in (None, float("inf"), 1e12, 30):
+            results.append(cc.all_reduce(np.ones(3), comm=comm, async_op=True)
+                           .wait(timeout=timeout).tolist())
+        work = cc.all_reduce(np.ones(3), comm=comm, async_op=True)
+        for bad in (float("nan"), -1, -0.5, float("-inf")):
+            with pytest.raises(cc.InvalidArgumentError) as info:
+                work.wait(timeout=bad)
+            assert str(info.value) == ("Work.wait: timeout must be None or a number of "
+                                       f"seconds >= 0, got {bad!r}")
+        results.append(work.wait().tolist())
+        return results
+
+    for results in thread_ranks(2, rank_main):
+        assert results == [[2.0, 2.0, 2.0]] * 5
+
+
+def test_wait_lasts_as_long_as_the_queued_collectives(thread_ranks):
+    # Each of three queued collectives takes most of the 1 s timeout, as the
+    # peer joins them late; all succeed, and so must the wait for the last,
+    # though it ends well after 1 s.
+    def rank_main(comm):
+        if comm.rank == 1:
+            for _ in range(3):
+                time.sleep(0.6)
+                cc.all_reduce(np.ones(2), comm=comm)
+            return None
+        works = [cc.all_reduce(np.ones(2), comm=comm, async_op=True) for _ in range(3)]
+        start = time.monotonic()
+        result = works[-1].wait()
+        return result.tolist(), time.monotonic() - start
+
+    result, waited = thread_ranks(2, rank_main, timeout=1.0)[0]
+    assert result == [2.0, 2.0] and waited > 1.0
+
+
+def test_wait_reports_a_silent_peer_as_the_collective_does(thread_ranks):
+    def rank_main(comm):
+        if comm.rank == 1:
+            time.sleep(1.5)  # never joins
+            return None
+        with pytest.raises(cc.CollectiveTimeoutError) as info:
+            cc.all_reduce(np.ones(2), comm=comm, async_op=True).wait()
+        return str(info.value)
+
+    message = thread_ranks(2, rank_main, timeout=0.5)[0]
+    assert "all_reduce #0 on rank 0 failed: timed out after 0.5 s" in message
+    assert "not heard from ranks [1]" in message
 
 
 def test_threads_as_ranks(thread_ranks, seed):

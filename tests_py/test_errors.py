@@ -199,6 +199,46 @@ def test_closed_communicator(world1):
         world1.all_reduce(np.ones(2))
 
 
+# ---- ranks that disagree ------------------------------------------------------
+
+# Each case: what rank 0 calls, what rank 1 calls (same byte and element
+# counts, so only the comparison of what was called can tell them apart),
+# and how the error names rank 1's call.
+_MISMATCHES = {
+    "all_gather dtype": (lambda c: cc.all_gather(np.zeros(4, np.float32), comm=c),
+                         lambda c: cc.all_gather(np.zeros(4, np.int32), comm=c),
+                         "rank 1 called all_gather #0 (int32 shape (4,))"),
+    "broadcast dtype": (lambda c: cc.broadcast(np.zeros(4, np.float32), comm=c),
+                        lambda c: cc.broadcast(np.zeros(4, np.int32), comm=c),
+                        "rank 1 called broadcast #0 (int32 shape (4,), root 0)"),
+    "all_reduce shape": (lambda c: cc.all_reduce(np.zeros((2, 3), np.float32), comm=c),
+                         lambda c: cc.all_reduce(np.zeros((3, 2), np.float32), comm=c),
+                         "rank 1 called all_reduce #0 (float32 shape (3, 2), sum)"),
+    "all_reduce op": (lambda c: cc.all_reduce(np.zeros(3), comm=c),
+                      lambda c: cc.all_reduce(np.zeros(3), "max", comm=c),
+                      "rank 1 called all_reduce #0 (float64 shape (3,), max)"),
+    "broadcast root": (lambda c: cc.broadcast(np.zeros(3), 0, comm=c),
+                       lambda c: cc.broadcast(np.zeros(3), 1, comm=c),
+                       "rank 1 called broadcast #0 (float64 shape (3,), root 1)"),
+    "operation": (lambda c: cc.all_reduce(np.zeros(4), comm=c),
+                  lambda c: cc.all_gather(np.zeros(2), comm=c),
+                  "rank 1 called all_gather #0"),
+}
+
+
+@pytest.mark.parametrize("case", list(_MISMATCHES))
+def test_ranks_that_disagree_get_mismatch_error(thread_ranks, case):
+    first, other, rank1_called = _MISMATCHES[case]
+
+    def rank_main(comm):
+        with pytest.raises(MismatchError) as info:
+            (first if comm.rank == 0 else other)(comm)
+        return str(info.value)
+
+    for message in thread_ranks(2, rank_main):
+        assert rank1_called in message, message
+
+
 # ---- a peer that dies -------------------------------------------------------
 
 _PEER_SCRIPT = textwrap.dedent("""
@@ -306,6 +346,13 @@ def test_each_status_raises_its_class(status):
     assert info.value.status == status
     assert isinstance(info.value, RuntimeError)
     assert str(info.value)
+
+
+def test_interrupted_raises_what_interrupted_it():
+    # Without a signal handler's exception at hand, an interrupted call
+    # raises KeyboardInterrupt, as Ctrl-C does.
+    with pytest.raises(KeyboardInterrupt):
+        _capi.check_status(Status.INTERRUPTED)
 
 
 def test_ok_raises_nothing():

@@ -38,8 +38,9 @@ def dataset():
         "label_target": rng.integers(0, C - 1, N),
         "probs": probs,
         "binary_target": rng.integers(0, 2, N),
-        "ml_probs": rng.random((N, L)),
-        "ml_target": rng.integers(0, 2, (N, L)),
+        # Label L - 1 occurs nowhere: never in the target, never predicted.
+        "ml_probs": rng.random((N, L)) * np.array([1.0] * (L - 1) + [0.49]),
+        "ml_target": rng.integers(0, 2, (N, L)) * np.array([1] * (L - 1) + [0]),
     }
 
 
@@ -139,9 +140,10 @@ def divide(num, den):
     return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
-def ref_score(kind, tp, fp, fn, average, beta=1.0):
+def ref_score(kind, tp, fp, fn, average, beta=1.0, multilabel=False):
     """The documented definitions: NaN for a zero-division class; macro over
-    classes that occur, weighted by support, zero-division classes as 0."""
+    classes that occur (over every label for multilabel), weighted by
+    support, zero-division classes as 0."""
     b2 = beta ** 2
     num, den = {"precision": (tp, tp + fp), "recall": (tp, tp + fn),
                 "f": ((1 + b2) * tp, (1 + b2) * tp + b2 * fn + fp)}[kind]
@@ -151,7 +153,10 @@ def ref_score(kind, tp, fp, fn, average, beta=1.0):
     if average == "none":
         return per_class
     filled = np.nan_to_num(per_class, nan=0.0)
-    weights = (tp + fp + fn > 0) if average == "macro" else tp + fn
+    if average == "macro":
+        weights = np.ones_like(tp) if multilabel else (tp + fp + fn > 0)
+    else:
+        weights = tp + fn
     return float(divide((weights * filled).sum(), weights.sum()))
 
 
@@ -197,8 +202,8 @@ def references():
     ref["precision_binary"] = tp / (binary_pred == 1).sum()
     ref["recall_binary"] = tp / (bt == 1).sum()
     ml_stats = ref_stats_multilabel(d["ml_probs"], d["ml_target"])
-    ref["f1_multilabel_macro"] = ref_score("f", *ml_stats, "macro")
-    ref["recall_multilabel_micro"] = ref_score("recall", *ml_stats, "micro")
+    ref["f1_multilabel_macro"] = ref_score("f", *ml_stats, "macro", multilabel=True)
+    ref["recall_multilabel_micro"] = ref_score("recall", *ml_stats, "micro", multilabel=True)
     return ref
 
 
@@ -217,6 +222,10 @@ def test_reference_covers_absent_classes():
     # The label data leaves class C - 1 out, so "none" has a NaN entry and
     # macro/weighted must skip it; the reference must exercise that.
     assert np.isnan(references()["f2labels_none"][-1])
+    # The multilabel data leaves label L - 1 out, which multilabel macro
+    # averages count as 0.
+    tp, fp, fn = ref_stats_multilabel(dataset()["ml_probs"], dataset()["ml_target"])
+    assert tp[-1] == fp[-1] == fn[-1] == 0 and (tp[:-1] > 0).all()
 
 
 # ---------------------------------------------------------------- multi-rank
@@ -474,3 +483,50 @@ def test_lifecycle_errors_on_a_world_of_one(world1):
     assert metric.compute() == 0.0
     with pytest.raises(ValueError, match="two names"):
         M.MetricCollection({"a": metric, "b": metric})
+
+
+# ---------------------------------------------------------------- other libraries
+
+
+def _multilabel_case(seed, n, labels):
+    """Random multilabel data whose last label occurs nowhere and whose
+    first is never predicted positive (a zero-division precision)."""
+    rng = np.random.default_rng(seed)
+    probs = rng.random((n, labels))
+    target = rng.integers(0, 2, (n, labels))
+    probs[:, -1] *= 0.49
+    target[:, -1] = 0
+    probs[:, 0] *= 0.49
+    return probs, target
+
+
+@pytest.mark.parametrize("n, labels", [(1, 3), (40, 3), (211, 6)])
+def test_multilabel_scores_follow_scikit_learn_and_torchmetrics(seed, n, labels):
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    probs, target = _multilabel_case(seed, n, labels)
+    preds = (probs >= 0.5).astype(int)
+    kinds = {"precision": (M.Precision, sklearn_metrics.precision_score),
+             "recall": (M.Recall, sklearn_metrics.recall_score),
+             "f1": (M.F1Score, sklearn_metrics.f1_score)}
+    try:
+        import torchmetrics.functional.classification as tmf
+        import torch
+    except ImportError:  # compared with scikit-learn alone
+        tmf = None
+    for kind, (cls, reference) in kinds.items():
+        for average in ("micro", "macro", "weighted", "none"):
+            metric = cls("multilabel", num_classes=labels, average=average)
+            metric.update(probs, target)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # NaN for zero division
+                ours = np.nan_to_num(np.asarray(metric.compute(), np.float64), nan=0.0)
+                expected = reference(target, preds, average=None if average == "none" else average,
+                                     zero_division=0)
+            assert np.allclose(ours, expected, rtol=1e-12, atol=1e-12), (kind, average, ours,
+                                                                          expected)
+            if tmf is not None:
+                theirs = getattr(tmf, f"multilabel_{'f1_score' if kind == 'f1' else kind}")(
+                    torch.from_numpy(probs), torch.from_numpy(target), num_labels=labels,
+                    average=average).numpy()
+                assert np.allclose(ours, theirs, rtol=1e-6, atol=1e-6), (kind, average, ours,
+                                                                          theirs)

@@ -113,14 +113,16 @@ def functional_checks():
     failures += [f"reduce_sum_collective: {p}" for p in
                  same(metrics.reduce_sum_collective(mine, axis_name="batch"), reference(trees, "sum"))]
 
-    # One fused collective per reduce op, none per key; inputs never written.
+    # One fused collective per reduce op, none per key, after the ranks
+    # agreed on the pytree (one small all-gather, none in a world of one);
+    # inputs never written.
     counting = CountingHandle(comm._handle)
     comm._handle = counting
     before = {k: np.copy(v) for k, v in mine.items() if isinstance(v, np.ndarray)}
     custom = metrics.reduce_custom(mine, {"steps": "sum", "vec": "MAX", "ints": "min",
                                           "nested": None, "absent": "sum"})
     comm._handle = counting._real
-    if counting.calls != ["all_reduce_multi"] * 4:
+    if counting.calls != ["all_gather"] * (size > 1) + ["all_reduce_multi"] * 4:
         failures.append(f"reduce_custom issued {counting.calls}")
     if any(not np.array_equal(before[k], mine[k]) for k in before):
         failures.append("reduce_custom wrote its input")
@@ -202,3 +204,69 @@ def test_reductions_on_a_world_of_one_return_the_values(world1):
     assert metrics.reduce_max(tree)["c"] == [None, True]
     assert metrics.reduce_mean({}) == {}
     assert metrics.collect_from_devices({"a": 1}) == {"a": [1]}
+
+
+# ---- ranks that pass different pytrees -------------------------------------------
+
+def _a(shape, dtype=np.float32):
+    return np.ones(shape, dtype)
+
+
+# Each case: (call, rank 0's pytree, the other ranks' pytree); for
+# reduce_custom the pytree is (metrics, reduce_fn). Every pair has the same
+# number of elements and bytes, so only the agreement can tell them apart.
+MISMATCHES = {
+    "renamed key": ("reduce_mean", {"a": _a(3), "b": _a(3)}, {"a": _a(3), "c": _a(3)}),
+    "swapped shapes": ("reduce_sum", {"a": _a((2, 3)), "b": _a((3, 2))},
+                       {"a": _a((3, 2)), "b": _a((2, 3))}),
+    "another dtype": ("reduce_max", {"a": _a(4, np.float32)}, {"a": _a(4, np.int32)}),
+    "another structure": ("reduce_min", {"a": [_a(2), _a(2)]}, {"a": (_a(2), _a(2))}),
+    "swapped ops": ("reduce_custom", ({"a": _a(2), "b": _a(2)}, {"a": "sum", "b": "max"}),
+                    ({"a": _a(2), "b": _a(2)}, {"a": "max", "b": "sum"})),
+    "an op against none": ("reduce_custom", ({"a": _a(2)}, {"a": "sum"}),
+                           ({"a": _a(2)}, {"a": None})),
+    "mean against sum": ("reduce_mean", {"a": _a(2)}, "reduce_sum"),
+    "gathered shapes": ("all_gather", {"a": _a((2, 3))}, {"a": _a((3, 2))}),
+    "collected keys": ("collect_from_devices", {"x": 1.0}, {"y": 1.0}),
+}
+
+
+def _call(name, tree):
+    if name == "reduce_custom":
+        return metrics.reduce_custom(*tree)
+    return getattr(metrics, name)(tree)
+
+
+def mismatch_checks():
+    """Every case of MISMATCHES in turn; each rank returns, per case, the
+    error it got, then checks that the world still works."""
+    cc.init(timeout=60.0)
+    outcomes = {}
+    for case, (name, first, others) in MISMATCHES.items():
+        if isinstance(others, str):  # the same pytree, another function
+            name, tree = (name, first) if cc.rank() == 0 else (others, first)
+        else:
+            tree = first if cc.rank() == 0 else others
+        try:
+            _call(name, tree)
+            outcomes[case] = None
+        except cc.MismatchError as exc:
+            outcomes[case] = str(exc)
+    # Nothing was reduced: the ranks are still in step.
+    total = cc.all_reduce(np.ones(1)).tolist()
+    cc.shutdown()
+    return outcomes, total
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_ranks_passing_different_pytrees_get_mismatch_error(nprocs):
+    for rank, (outcomes, total) in enumerate(cc.launch(mismatch_checks, nprocs)):
+        assert total == [float(nprocs)]
+        for case, message in outcomes.items():
+            assert message is not None, f"rank {rank}, {case}: no MismatchError"
+            name = MISMATCHES[case][0]
+            assert "ranks passed different metric pytrees" in message, message
+            assert f"ranks [0]; ranks {list(range(1, nprocs))}" in message, message
+            assert f"This rank ({rank}) passed" in message, message
+            if name != "reduce_mean" or case != "mean against sum":
+                assert message.startswith(name), message

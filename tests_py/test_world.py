@@ -67,6 +67,23 @@ def test_explicit_arguments_outside_the_world():
     assert not cc.is_initialized()
 
 
+@pytest.mark.parametrize("argument", ["rank", "world_size"])
+def test_negative_rank_or_world_size(argument):
+    # C reads -1 as "from the environment": a negative number given here
+    # must not be taken for that.
+    for value in (-1, -3):
+        with pytest.raises(InvalidArgumentError) as info:
+            cc.init(**{argument: value})
+        assert str(info.value) == f"{argument} must be >= 0, got {value}"
+    assert not cc.is_initialized()
+
+
+def test_infinite_timeout():
+    comm = cc.init(timeout=float("inf"))
+    assert comm.timeout == float("inf")
+    assert cc.all_reduce(np.arange(3)).tolist() == [0, 1, 2]
+
+
 def test_context_manager_closes():
     with cc.init() as comm:
         assert not comm.closed
@@ -78,9 +95,11 @@ def test_context_manager_closes():
 
 def _world_facts(explicit):
     if explicit:
+        # The launcher serves concord's store on CONCORD_MASTER_PORT
+        # (MASTER_PORT is left to torch.distributed).
         comm = cc.init(rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
-                       master_addr=os.environ["MASTER_ADDR"],
-                       master_port=int(os.environ["MASTER_PORT"]), timeout=60.0)
+                       master_addr=os.environ["CONCORD_MASTER_ADDR"],
+                       master_port=int(os.environ["CONCORD_MASTER_PORT"]), timeout=60.0)
     else:
         comm = cc.init(timeout=60.0)
     facts = {"rank": cc.rank(), "size": cc.world_size(), "local_rank": cc.local_rank(),

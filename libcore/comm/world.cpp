@@ -52,7 +52,8 @@ std::string random_token() {
 }  // namespace
 
 World init_world(const WorldOptions& options) {
-  const BootstrapConfig config = resolve_bootstrap(options.bootstrap);
+  BootstrapConfig config = resolve_bootstrap(options.bootstrap);
+  if (options.store_served_elsewhere) config.serve_store = false;
   const double timeout_s = options.timeout_s ? *options.timeout_s : default_timeout_s();
   if (!(timeout_s > 0)) invalid_argument("timeout must be positive, got ", timeout_s, " s");
   check_backend_usable(options.backend);

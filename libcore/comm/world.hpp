@@ -19,6 +19,9 @@ struct WorldOptions {
   BootstrapArgs bootstrap;           // explicit values; unset fields come from the environment
   std::optional<double> timeout_s;   // unset: CONCORD_TIMEOUT, else 600 s
   BackendChoice backend = BackendChoice::kAuto;
+  // Another process serves the store (rank 0's caller, say): rank 0 must
+  // not, as with CONCORD_STORE_SERVER=launcher.
+  bool store_served_elsewhere = false;
 };
 
 struct World {
@@ -33,7 +36,8 @@ struct World {
 // - a world of one meets on a private store on a free loopback port;
 // - given a job token and a store port (explicitly, CONCORD_JOB_TOKEN and
 //   CONCORD_MASTER_PORT, or MASTER_PORT outside torchrun), rank 0 serves
-//   there, unless the launcher does (CONCORD_STORE_SERVER=launcher);
+//   there, unless the launcher does (CONCORD_STORE_SERVER=launcher, or
+//   store_served_elsewhere);
 // - otherwise, when the launcher says every rank is on this host, rank 0
 //   serves on a free loopback port with a fresh secret (or the given token)
 //   and the ranks meet through the job's file (rendezvous/job_file.hpp);

@@ -93,9 +93,14 @@ cdef extern from "concord/concord.h" nogil:
         CONCORD_ERR_ABORTED
         CONCORD_ERR_OUT_OF_MEMORY
         CONCORD_ERR_INTERNAL
+        CONCORD_ERR_INTERRUPTED
 
     const char* concord_status_string(concord_status status)
     const char* concord_last_error()
+
+    # interrupting blocking calls
+    ctypedef int (*concord_interrupt_check)(void* user) noexcept nogil
+    concord_status concord_interrupt_set_check(concord_interrupt_check check, void* user)
 
     ctypedef enum concord_reduce_op:
         CONCORD_SUM
@@ -147,6 +152,7 @@ cdef extern from "concord/concord.h" nogil:
         const char* token
         double timeout_s
         const char* backend
+        int store_served_elsewhere
 
     # CONCORD_COMM_OPTIONS_INIT is a brace initializer, which Cython cannot
     # assign; callers set every field (struct_size first) instead.

@@ -9,11 +9,14 @@ that may block.
 cimport cython
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.exc cimport PyErr_CheckSignals
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.number cimport PyNumber_Index
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
 from libc.stdint cimport int64_t, intptr_t
 from posix.unistd cimport getpid
+
+import threading
 
 import numpy as np
 
@@ -22,6 +25,12 @@ from ._constants import COMPRESSIONS, REDUCE_OPS, Status
 from ._streams import prepare_export
 
 cnp.import_array()
+
+
+cdef extern from "Python.h":
+    # Runs func on the main thread, from the interpreter's eval loop; an
+    # exception it raises is raised in the Python code running there.
+    int Py_AddPendingCall(int (*func)(void*) except -1, void* arg)
 
 if sizeof(cnp.npy_intp) != sizeof(int64_t):
     raise ImportError("concord needs a 64-bit platform (NumPy shapes must be int64)")
@@ -57,7 +66,10 @@ cdef dict _error_classes = {
 
 cdef object _error_for(int status):
     """The exception for a failed call; reads the thread's last error, so it
-    must run right after the call, before any other C call."""
+    must run right after the call, before any other C call. An interrupted
+    call gives what the signal handler raised."""
+    if status == CONCORD_ERR_INTERRUPTED:
+        return _take_interruption()
     message = concord_last_error().decode("utf-8", "replace")
     if not message:
         message = concord_status_string(<concord_status>status).decode()
@@ -73,6 +85,50 @@ cpdef int check_status(int status) except -1:
     if status == CONCORD_OK:
         return 0
     raise _error_for(status)
+
+
+# ---- interrupts ----------------------------------------------------------------
+# Python runs a signal handler (Ctrl-C's raises KeyboardInterrupt) only when
+# the interpreter runs again, which a thread blocked in C never does. The C
+# library asks the check below about every 50 ms while a blocking call of
+# the main thread waits: it runs the pending handlers, and one that raised
+# ends the call (its communicator aborted, so the peers fail at once) with
+# CONCORD_ERR_INTERRUPTED; the call then raises what the handler raised.
+
+cdef object _interruption = None  # what a handler raised during a blocking call
+
+
+cdef int _run_signal_handlers(void* user) noexcept with gil:
+    global _interruption
+    try:
+        PyErr_CheckSignals()
+    except BaseException as exc:
+        _interruption = exc
+        return 1
+    return 0
+
+
+cdef object _take_interruption():
+    global _interruption
+    exc, _interruption = _interruption, None
+    return KeyboardInterrupt() if exc is None else exc
+
+
+cdef int _raise_interruption(void* unused) except -1:
+    raise _take_interruption()
+
+
+cdef void _raise_interruption_later(concord_status status) noexcept:
+    """For a wait that cannot raise (a destructor's): the interpreter raises
+    the interruption as soon as it runs Python code again."""
+    if status == CONCORD_ERR_INTERRUPTED:
+        Py_AddPendingCall(_raise_interruption, NULL)
+
+
+# Signal handlers run on the main thread only: a check elsewhere would
+# never see one.
+if threading.current_thread() is threading.main_thread():
+    concord_interrupt_set_check(_run_signal_handlers, NULL)
 
 
 cdef object _invalid(str message):
@@ -546,7 +602,7 @@ cdef class Comm:
     cdef readonly int rank
     cdef readonly int size
     cdef readonly int local_rank
-    cdef object keepalive  # the store or parent it was made from
+    cdef object keepalive  # the store, parent or store server it relies on
     cdef int pid
 
     def __cinit__(self):
@@ -568,9 +624,11 @@ cdef class Comm:
 
     @staticmethod
     def init(int rank, int world_size, master_addr, int master_port, token, double timeout,
-             backend):
+             backend, StoreServer store_server=None):
         """The world communicator; unset arguments (-1, None, 0) come from
-        the environment."""
+        the environment. `store_server`: the store this process serves for
+        the job (then not served by the C library), kept alive with the
+        communicator."""
         cdef bytes addr_c = None if master_addr is None else _c_string(master_addr, "master_addr")
         cdef bytes token_c = None if token is None else _c_string(token, "token")
         cdef bytes backend_c = None if backend is None else _c_string(backend, "backend")
@@ -585,10 +643,11 @@ cdef class Comm:
         options.token = _c_string_or_null(token_c)
         options.timeout_s = timeout
         options.backend = _c_string_or_null(backend_c)
+        options.store_served_elsewhere = store_server is not None
         with nogil:
             status = concord_comm_init(&options, &handle)
         check_status(status)
-        return Comm._wrap(handle, None)
+        return Comm._wrap(handle, store_server)
 
     @staticmethod
     def from_store(Store store not None, name, int rank, int size, double timeout):
@@ -789,11 +848,21 @@ cdef class Work:
         return 0
 
     def wait(self, timeout=None):
-        """Waits until done (timeout None: the communicator's timeout) and
-        returns the result, or raises the collective's error."""
-        cdef double wait_s = -1.0 if timeout is None else timeout
+        """Waits until done and returns the result, or raises the
+        collective's error. timeout None: as long as the collective itself
+        may take (it ends within its communicator's timeout); otherwise at
+        most `timeout` seconds (inf: no limit), after which
+        CollectiveTimeoutError is raised while the collective goes on."""
+        cdef double wait_s = -1.0
         cdef concord_status status
         cdef int done = 0
+        if timeout is not None:
+            wait_s = timeout
+            # C takes a negative timeout for "no limit of its own", which a
+            # caller's negative number does not mean.
+            if not wait_s >= 0:
+                raise _invalid(f"Work.wait: timeout must be None or a number of seconds >= 0, "
+                               f"got {timeout!r}")
         if not self.finished:
             with nogil:
                 status = concord_work_wait(self.handle, wait_s)
@@ -830,11 +899,13 @@ cdef class Work:
     def __dealloc__(self):
         if self.handle == NULL or not _owned_here(self.pid):
             return
+        cdef concord_status status
         # The collective may still write into the arrays released next.
         with nogil:
-            concord_work_wait(self.handle, -1.0)
+            status = concord_work_wait(self.handle, -1.0)
             concord_work_destroy(self.handle)
         self.handle = NULL
+        _raise_interruption_later(status)
 
 
 # ---- data parallel ---------------------------------------------------------------

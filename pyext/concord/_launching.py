@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 from collections.abc import Iterable, Mapping, MutableMapping
 
 from concord import _capi
@@ -40,6 +41,14 @@ def serve_store(host: str, port: int, token: str):
     return _capi.StoreServer(host, port, token)
 
 
+def free_port(host: str) -> int:
+    """A port free on `host` now, for torch's store (MASTER_PORT), which
+    the ranks' torch.distributed serves, not the launcher."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
 def rank_environment(
     *,
     rank: int,
@@ -48,10 +57,14 @@ def rank_environment(
     local_world_size: int,
     master_addr: str,
     master_port: int,
+    store_port: int,
     token: str,
     timeout_s: float | None = None,
 ) -> dict[str, str]:
-    """The variables concord.init() reads in one rank of a launched job."""
+    """The variables concord.init() reads in one rank of a launched job,
+    which torch.distributed's env:// initialisation reads too: MASTER_PORT
+    is left to torch's store, concord's is on CONCORD_MASTER_PORT, so one
+    job can use both."""
     env = {
         "RANK": str(rank),
         "LOCAL_RANK": str(local_rank),
@@ -59,6 +72,8 @@ def rank_environment(
         "LOCAL_WORLD_SIZE": str(local_world_size),
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
+        "CONCORD_MASTER_ADDR": master_addr,
+        "CONCORD_MASTER_PORT": str(store_port),
         "CONCORD_JOB_TOKEN": token,
         # The launcher already serves the store; rank 0 must not bind it too.
         "CONCORD_STORE_SERVER": "launcher",

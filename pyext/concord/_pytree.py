@@ -80,8 +80,12 @@ def kind(array):
 # ---- fused collectives ----------------------------------------------------------
 
 def _pack(values):
+    """The values, flattened, one after another in a new buffer, which the
+    collectives may write (a concatenation of one array can be that array
+    itself: JAX's is)."""
     xp = namespace(values[0])
-    return xp.concat([xp.reshape(value, (-1,)) for value in values])
+    flat = [xp.reshape(value, (-1,)) for value in values]
+    return xp.concat(flat) if len(flat) > 1 else xp.asarray(flat[0], copy=True)
 
 
 def _unpack(buffer, values):
@@ -115,8 +119,8 @@ def fused_all_reduce(values, op, comm):
     """`values` reduced by `op` over `comm` into new arrays (the values are
     not written): one all-reduce per kind."""
     def start(members):
-        buffer = _pack(members)
-        return collectives.all_reduce(buffer, op, comm=comm, out=buffer, async_op=True)
+        buffer = _pack(members)  # new: written in place whatever its library
+        return comm._handle.all_reduce(buffer, buffer, op, True)
     return _fused(values, start)
 
 
@@ -129,7 +133,7 @@ def fused_broadcast(values, root, comm):
             buffer = _pack(members)
         else:
             buffer = empty(members[0], (sum(math.prod(m.shape) for m in members),))
-        return collectives.broadcast(buffer, root, comm=comm, out=buffer, async_op=True)
+        return comm._handle.broadcast(buffer, buffer, root, True)
     return _fused(values, start)
 
 

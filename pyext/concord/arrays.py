@@ -3,10 +3,18 @@
 NumPy arrays take direct paths; any other array goes through its namespace
 (array-api-compat), so outputs are allocated by the input's framework on the
 input's device, in any dtype it has (bfloat16 and float16 included).
+
+JAX arrays are immutable: JAX lets arrays share a buffer (a reshape may be
+the same memory), so writing one would change others, and it exports no
+read-only flag that would say so. concord never writes a JAX array it was
+given: ``out=`` or an in-place collective on one is refused, and work done
+in place elsewhere (gradient synchronisation, optimizer steps) runs on a
+new array of its library, which is returned. The only JAX arrays concord
+writes are those it has just allocated itself, before returning them.
 """
 
 import numpy as np
-from array_api_compat import array_namespace, device
+from array_api_compat import array_namespace, device, is_jax_array
 
 from .errors import InvalidArgumentError
 
@@ -33,6 +41,37 @@ def namespace(x):
     return xp
 
 
+# Whether arrays of a type are immutable, by type: looked up once per type.
+_immutable_types = {}
+
+
+def is_immutable(x):
+    """Whether `x` is an array concord must never write (a JAX array)."""
+    if type(x) is np.ndarray:
+        return False
+    immutable = _immutable_types.get(type(x))
+    if immutable is None:
+        immutable = _immutable_types[type(x)] = is_jax_array(x)
+    return immutable
+
+
+def check_writable(x, role):
+    """Raises InvalidArgumentError when `x` is immutable (a JAX array)."""
+    if is_immutable(x):
+        raise InvalidArgumentError(
+            f"{role} is a JAX array, which is immutable: concord never writes one (other JAX "
+            "arrays may share its memory); leave out= unset and use the array returned")
+
+
+def writable_copy(x):
+    """`x` itself, or for an immutable array a new array of its library
+    holding the same data, which nothing else shares: what work done in
+    place may write."""
+    if not is_immutable(x):
+        return x
+    return namespace(x).asarray(x, copy=True)
+
+
 def empty_like(x):
     """An uninitialised array of `x`'s type, shape, dtype and device."""
     if type(x) is np.ndarray:
@@ -54,7 +93,8 @@ def _type_name(array):
 
 def check_out(out, x, shape):
     """Raises InvalidArgumentError unless `out` can hold a result of `shape`
-    with `x`'s array type and dtype."""
+    with `x`'s array type and dtype, and may be written."""
+    check_writable(out, "out")
     if not (isinstance(out, np.ndarray) and isinstance(x, np.ndarray)):
         try:
             same_type = namespace(out) is namespace(x)

@@ -3,7 +3,8 @@
 Inputs are NumPy arrays or any object with ``__dlpack__`` (Python scalars and
 sequences become NumPy arrays); results come back as the input's array type.
 ``out=`` receives the result in place (pass the input itself for an in-place
-collective) and is returned. With ``async_op=True`` a Work is returned whose
+collective) and is returned; it may not be a JAX array (immutable: see
+arrays.py), whose results are always new arrays. With ``async_op=True`` a Work is returned whose
 ``wait()`` gives the result. Bad arguments raise InvalidArgumentError before
 any communication.
 """
@@ -16,6 +17,7 @@ from .arrays import (
     as_array,
     blocks_to_front,
     check_out,
+    check_writable,
     empty,
     empty_like,
     front_to_axis,
@@ -39,6 +41,8 @@ def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):
         out = empty_like(x)
     elif out is not x:
         check_out(out, x, tuple(x.shape))
+    else:
+        check_writable(x, "out")
     return handle.all_reduce(x, out, op, async_op)
 
 
@@ -114,6 +118,8 @@ def broadcast(x, root=0, *, comm=None, out=None, async_op=False):
         out = empty_like(x)
     elif out is not x:
         check_out(out, x, tuple(x.shape))
+    else:
+        check_writable(x, "out")
     return handle.broadcast(x, out, root, async_op)
 
 

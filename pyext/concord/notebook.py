@@ -7,9 +7,18 @@
 
     results = concord.launch(work, 4, 1000)     # one result per rank
 
-The ranks are forked from the calling process, so `fn` may be defined in
-the notebook itself. Results and exceptions come back pickled; they are
-the user's own processes.
+By default the ranks are forked from the calling process, so `fn` may be
+defined in the notebook itself. Forking is unsafe once the process runs
+threads a library cannot take into a child: torch's CPU thread pool (a
+forked rank's first parallel torch op hangs, as with plain
+multiprocessing), or JAX's. ``start_method="spawn"`` (or "forkserver")
+starts fresh interpreters instead; `fn` and the arguments are then pickled
+by reference, so `fn` must be importable (defined in a module, not in the
+notebook). launch warns (UnsafeForkWarning) when it forks a process that
+imported torch with more than one intra-op thread.
+
+Results and exceptions come back pickled. The ranks die with the calling
+process, however it ends (a killed notebook kernel included).
 """
 
 from __future__ import annotations
@@ -17,15 +26,24 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.connection
 import os
+import sys
 import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from concord import _launching
+from concord import _launching, _processes
+from concord.communicator import abort_open_communicators
 
-__all__ = ["launch", "LaunchError"]
+__all__ = ["launch", "LaunchError", "UnsafeForkWarning"]
+
+START_METHODS = ("fork", "spawn", "forkserver")
+
+
+class UnsafeForkWarning(RuntimeWarning):
+    """concord.launch forks a process whose threads a forked rank may need
+    (torch's CPU thread pool): the rank can hang."""
 
 
 class LaunchError(RuntimeError):
@@ -75,9 +93,11 @@ class _Outcome:
                    details="".join(traceback.format_exception(exc)))
 
 
-def _rank_main(conn, fn, args) -> None:
-    """Body of one forked rank: wait for the rendezvous environment, run fn,
-    send back its outcome."""
+def _rank_main(conn, fn, args, launcher_pid) -> None:
+    """Body of one rank: wait for the rendezvous environment, run fn, send
+    back its outcome. `launcher_pid` is the parent's pid when the launcher
+    is the parent (None when a fork server is)."""
+    _processes.die_with_parent(launcher_pid)
     try:
         env = conn.recv()
     except EOFError:  # the launcher gave up before the store was up
@@ -86,6 +106,8 @@ def _rank_main(conn, fn, args) -> None:
     try:
         outcome = _Outcome(True, result=fn(*args))
     except BaseException as exc:
+        # The peers learn at once that this rank failed.
+        abort_open_communicators()
         # The traceback starts in fn, not in this function.
         outcome = _Outcome.from_exception(exc.with_traceback(exc.__traceback__.tb_next))
     try:
@@ -97,19 +119,33 @@ def _rank_main(conn, fn, args) -> None:
         raise SystemExit(1)
 
 
-def _fork_ranks(ctx, fn, nprocs: int, args: tuple):
-    """Forks the ranks before the store server starts, so no child inherits
-    its threads or its listening socket."""
+def _warn_if_fork_is_unsafe() -> None:
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    if threads > 1:
+        warnings.warn(
+            f"concord.launch forks the ranks from a process that imported torch, which runs CPU "
+            f"ops on {threads} threads: once its thread pool has started, a forked rank's first "
+            "parallel torch op hangs. Pass start_method='spawn' (fn must then be importable, "
+            "not defined in the notebook), or call torch.set_num_threads(1) before torch's "
+            "first op", UnsafeForkWarning, stacklevel=3)
+
+
+def _start_ranks(ctx, fn, nprocs: int, args: tuple):
+    """Starts the ranks before the store server starts, so no forked child
+    inherits its threads or its listening socket."""
     processes, conns = [], []
+    launcher_pid = None if ctx.get_start_method() == "forkserver" else os.getpid()
     # A multi-threaded caller (a notebook kernel) makes Python 3.12+ warn on
-    # any fork; forking is what launch promises, and no thread of concord's
-    # runs yet.
+    # any fork; forking is what launch promises by default (with the
+    # warning above where it is known to be unsafe), and no thread of
+    # concord's runs yet.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
                                 category=DeprecationWarning)
         for rank in range(nprocs):
             parent_end, child_end = ctx.Pipe()
-            process = ctx.Process(target=_rank_main, args=(child_end, fn, args),
+            process = ctx.Process(target=_rank_main, args=(child_end, fn, args, launcher_pid),
                                   name=f"concord rank {rank}")
             processes.append(process)
             conns.append(parent_end)
@@ -204,26 +240,38 @@ def _launch_error(rank: int, outcome: _Outcome, signalled: list[int]) -> LaunchE
                        exc_type=outcome.exc_type, details=outcome.details)
 
 
-def launch(fn, nprocs: int, *args):
-    """Runs fn(*args) in nprocs forked processes, the ranks of one job (each
-    only needs concord.init()), and returns their return values in rank
-    order. When a rank raises or dies, stops the others and raises
-    LaunchError naming the first rank that failed."""
+def launch(fn, nprocs: int, *args, start_method: str = "fork"):
+    """Runs fn(*args) in nprocs processes, the ranks of one job (each only
+    needs concord.init()), and returns their return values in rank order.
+    When a rank raises or dies, stops the others and raises LaunchError
+    naming the first rank that failed.
+
+    start_method: "fork" (the default: `fn` may be defined in the notebook),
+    or "spawn" / "forkserver" (fresh interpreters: `fn` and `args` are
+    pickled by reference, so `fn` must be importable), for a process where
+    forking is unsafe (torch or JAX already ran threads in it)."""
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"nprocs must be a positive integer, got {nprocs!r}")
-    ctx = multiprocessing.get_context("fork")
-    processes, conns = _fork_ranks(ctx, fn, nprocs, args)
+    if start_method not in START_METHODS:
+        raise ValueError(f"start_method must be one of {', '.join(map(repr, START_METHODS))}, "
+                         f"got {start_method!r}")
+    if start_method == "fork":
+        _warn_if_fork_is_unsafe()
+    ctx = multiprocessing.get_context(start_method)
+    processes, conns = _start_ranks(ctx, fn, nprocs, args)
     server = None
     try:
         token = _launching.job_token()
         master_addr = _launching.DEFAULT_MASTER_ADDR
         server = _launching.serve_store(master_addr, 0, token)
+        master_port = _launching.free_port(master_addr)
         for rank, conn in enumerate(conns):
             _send_environment(conn, _launching.rank_environment(
                 rank=rank, local_rank=rank, world_size=nprocs, local_world_size=nprocs,
-                master_addr=master_addr, master_port=server.port, token=token))
+                master_addr=master_addr, master_port=master_port, store_port=server.port,
+                token=token))
         results, failure = _collect(processes, conns)
         # Ranks that all succeeded get to finish exiting; after a failure the
         # others are stopped at once.

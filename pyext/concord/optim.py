@@ -8,7 +8,10 @@ Parameters are any pytree (optree: dict, list, tuple, namedtuple, None
 leaves) of NumPy or DLPack arrays (float32 or float64). A step is one C call
 over every leaf: the parameters and the optimizer's buffers are updated in
 place, and the same parameter pytree is returned, so functional code
-(``params, opt_state = opt.step(...)``) and in-place code both work.
+(``params, opt_state = opt.step(...)``) and in-place code both work. JAX
+arrays are immutable and never written: a step on JAX parameters (or
+buffers) updates new arrays, returned in new pytrees, and leaves its inputs
+as they were; use what it returns.
 
 The optimizer state is a dict pytree: ``"step"`` (the number of steps taken,
 an int) and one buffer pytree shaped like the parameters per buffer kind
@@ -30,9 +33,10 @@ import numpy as np
 from . import _capi, collectives
 from ._host import on_cuda
 from ._pytree import flatten_like
-from .arrays import device, namespace
+from .arrays import device, is_immutable, namespace
+from .errors import InvalidArgumentError
 from .mesh import axis_comm
-from .sharded import ShardedArray, flatten, local
+from .sharded import ShardedArray, flatten, local, writable
 
 __all__ = ["SGD", "AdamW", "clip_grad_norm"]
 
@@ -79,25 +83,31 @@ class _Optimizer:
             state[name] = treespec.unflatten([_zeros_like(x) for x in leaves])
         return state
 
-    def _leaves(self, params, grads, opt_state):
-        """(params, grads, {buffer: leaves}) as local arrays, one list each."""
+    def step(self, params, grads, opt_state):
+        """One update of every parameter, in place; returns (params,
+        opt_state). Immutable (JAX) parameters and buffers are not written:
+        new arrays take their place in the pytrees returned."""
         leaves, treespec = flatten(params)
         grad_leaves = flatten_like(treespec, grads, "grads")
         missing = [name for name in ("step", *self._buffers) if name not in opt_state]
         if missing:
             raise ValueError(f"opt_state lacks {', '.join(map(repr, missing))}: "
                              f"make it with {type(self).__name__}.init(params)")
-        buffers = {name: [local(x) for x in flatten_like(treespec, opt_state[name],
-                                                         f"opt_state[{name!r}]")]
+        buffers = {name: flatten_like(treespec, opt_state[name], f"opt_state[{name!r}]")
                    for name in self._buffers}
-        return [local(x) for x in leaves], [local(g) for g in grad_leaves], buffers
-
-    def step(self, params, grads, opt_state):
-        """One update of every parameter (in place); returns (params, opt_state)."""
-        param_leaves, grad_leaves, buffers = self._leaves(params, grads, opt_state)
+        updated = [writable(x) for x in leaves]
+        updated_buffers = {name: [writable(x) for x in values] for name, values in buffers.items()}
         step = opt_state["step"] + 1
-        self._kernel(param_leaves, grad_leaves, buffers, self._lr_at(step), step)
-        return params, {**opt_state, "step": step}
+        self._kernel([local(x) for x in updated], [local(g) for g in grad_leaves],
+                     {name: [local(x) for x in values] for name, values in updated_buffers.items()},
+                     self._lr_at(step), step)
+        new_state = {**opt_state, "step": step}
+        if all(a is b for a, b in zip(updated, leaves)) and all(
+                a is b for name in buffers for a, b in zip(updated_buffers[name], buffers[name])):
+            return params, new_state
+        new_state.update({name: treespec.unflatten(values)
+                          for name, values in updated_buffers.items()})
+        return treespec.unflatten(updated), new_state
 
     def _kernel(self, params: list, grads: list, buffers: dict, lr: float, step: int) -> None:
         raise NotImplementedError
@@ -202,9 +212,17 @@ def clip_grad_norm(grads, max_norm: float, *, comm=None):
     The sum of squares stays where the leaves live (on the device for CUDA
     leaves, with no host synchronisation), and the C kernel that scales
     them computes the factor from it, on the host as on a device.
+
+    JAX gradients are refused (InvalidArgumentError, before any
+    communication): they are immutable, and this function's contract is
+    to scale in place.
     """
     leaves, _ = flatten(grads)
     arrays = [local(leaf) for leaf in leaves]
+    if any(map(is_immutable, arrays)):
+        raise InvalidArgumentError(
+            "clip_grad_norm scales the gradients in place, and JAX arrays are immutable: "
+            "clip JAX gradients in JAX (optax.clip_by_global_norm, say)")
     total = _zero_sum(arrays[0] if arrays else None)
     sharded = [leaf for leaf in leaves if _is_sharded(leaf)]
     if sharded:  # max_norm is checked (by the kernel, on no arrays) before sums travel

@@ -5,20 +5,32 @@
     concord-run -n 4 ./allreduce               # any executable, not only Python
     python -m concord.run -n 4 train.py
 
-Node 0 (or the only node) serves the rendezvous store from this launcher
-process, bound only to --master-addr. Each rank gets RANK, LOCAL_RANK,
-WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and CONCORD_JOB_TOKEN,
-so it only needs to call concord.init(). Output lines are prefixed with the
-rank. When a rank fails, the others are stopped and the launcher reports
-which rank failed first, how, and its last lines of output.
+Node 0 (or the only node) serves concord's rendezvous store from this
+launcher process, bound only to --master-addr, on its own port. Each rank
+gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, CONCORD_MASTER_ADDR, CONCORD_MASTER_PORT and
+CONCORD_JOB_TOKEN, so it only needs to call concord.init(); MASTER_ADDR
+and MASTER_PORT are left to torch.distributed (init_process_group with
+env:// serves torch's store there), concord's store being on
+CONCORD_MASTER_PORT. Output lines are prefixed with the rank. When a rank
+fails, the others are stopped (SIGTERM, then SIGKILL after a grace period)
+and the launcher reports which rank failed first, how, and its last lines
+of output.
+
+A signal to the launcher (SIGINT, SIGTERM, SIGHUP) goes on to the ranks
+(a second Ctrl-C kills them); once they have exited the launcher says so
+and exits with 128 + the signal's number, as torchrun does. The ranks die
+with the launcher even when it is killed outright, and what they started
+and left behind is killed when the job ends.
 
 Several nodes: start one launcher per node with the same --nnodes,
 --master-addr (an address of node 0 that the others can reach) and
---master-port, its own --node-rank, and the same CONCORD_JOB_TOKEN exported
-on every node (for example CONCORD_JOB_TOKEN=$(openssl rand -hex 16), shared
-through the job script); the store only serves clients that present it.
+--master-port (torch's store; concord's is on --store-port, by default
+--master-port + 1), its own --node-rank, and the same CONCORD_JOB_TOKEN
+exported on every node (for example CONCORD_JOB_TOKEN=$(openssl rand -hex
+16), shared through the job script); the store only serves clients that
+present it.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -35,12 +47,16 @@ import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
 
-from concord import _launching
+from concord import _launching, _processes
 
 _PROG = "concord-run"
 # How long to wait for a stopped rank's output pipes to drain; a grandchild
-# that escaped its process group may hold them open forever.
+# that escaped its process group may hold them open until it is killed.
 _DRAIN_TIMEOUT_S = 2.0
+# Signals to the launcher that stop the job.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How often the launcher looks for a signal while it waits for the ranks.
+_POLL_S = 0.1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,8 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--master-addr", default=None,
                         help="address node 0 serves the store on (default 127.0.0.1 on one node)")
     parser.add_argument("--master-port", type=int, default=None,
-                        help="store port (default: a free port on one node; "
-                             "required with --nnodes > 1)")
+                        help="port of torch.distributed's store, MASTER_PORT (default: a free "
+                             "port on one node; required with --nnodes > 1)")
+    parser.add_argument("--store-port", type=int, default=None,
+                        help="port of concord's store, CONCORD_MASTER_PORT (default: a free port "
+                             "on one node, --master-port + 1 with --nnodes > 1)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="timeout in seconds of every blocking wait in the ranks "
                              "(sets CONCORD_TIMEOUT)")
@@ -86,14 +105,23 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error("--nnodes > 1 needs --master-addr and --master-port")
         if not os.environ.get("CONCORD_JOB_TOKEN"):
             parser.error("--nnodes > 1 needs the same CONCORD_JOB_TOKEN exported on every node")
-    if args.master_port is not None and not 0 <= args.master_port <= 65535:
-        parser.error("--master-port must be in [0, 65535]")
-    if args.nnodes > 1 and args.master_port == 0:
-        parser.error("--nnodes > 1 needs a fixed --master-port, not 0")
+    for flag, port in (("--master-port", args.master_port), ("--store-port", args.store_port)):
+        if port is not None and not 0 <= port <= 65535:
+            parser.error(f"{flag} must be in [0, 65535]")
+    if args.nnodes > 1:
+        if args.master_port == 0 or args.store_port == 0:
+            parser.error("--nnodes > 1 needs fixed ports, not 0")
+        if args.store_port is None:
+            if args.master_port == 65535:
+                parser.error("--master-port 65535 leaves no --master-port + 1 for the store: "
+                             "give --store-port")
+            args.store_port = args.master_port + 1
+        if args.store_port == args.master_port:
+            parser.error("--store-port must differ from --master-port, which is torch's")
     if args.master_addr is None:
         args.master_addr = _launching.DEFAULT_MASTER_ADDR
-    if args.master_port is None:
-        args.master_port = 0
+    if args.store_port is None:
+        args.store_port = 0
     return args
 
 
@@ -146,15 +174,18 @@ def _segments(pipe: BinaryIO):
 
 def _pump(pipe: BinaryIO, stream: TextIO, prefix: bytes, tail: collections.deque,
           lock: threading.Lock) -> None:
-    """Copies one rank's stdout or stderr to ours, prefixed piece by piece."""
+    """Copies one rank's stdout or stderr to ours, prefixed piece by piece.
+    A bare carriage return (a progress bar redrawn at the start of a line)
+    shows nothing, and takes no prefix: the text after it takes one."""
     out = getattr(stream, "buffer", None)
     with pipe:
         for piece in _segments(pipe):
+            text = piece if piece == b"\r" else prefix + piece
             with lock:
                 if out is not None:
-                    out.write(prefix + piece)
+                    out.write(text)
                 else:
-                    stream.write((prefix + piece).decode(errors="replace"))
+                    stream.write(text.decode(errors="replace"))
                 stream.flush()
             if piece.endswith(b"\n"):
                 tail.append(piece.decode(errors="replace"))
@@ -162,8 +193,12 @@ def _pump(pipe: BinaryIO, stream: TextIO, prefix: bytes, tail: collections.deque
 
 def _start_rank(rank: int, command: list[str], env: dict[str, str], exits: queue.Queue,
                 lock: threading.Lock) -> _Rank:
+    launcher = os.getpid()
+    # The rank dies with this thread (the main one), however it ends. The
+    # function runs in the child before exec: it only calls prctl.
     process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
+                               stderr=subprocess.PIPE, start_new_session=True,
+                               preexec_fn=lambda: _processes.die_with_parent(launcher))
     started = _Rank(rank, process)
     prefix = f"[{rank}] ".encode()
     for pipe, stream in ((process.stdout, sys.stdout), (process.stderr, sys.stderr)):
@@ -176,52 +211,51 @@ def _start_rank(rank: int, command: list[str], env: dict[str, str], exits: queue
     return started
 
 
-def _stop(ranks: dict[int, _Rank], running: set[int], exits: queue.Queue) -> None:
-    """SIGTERM to every running rank, SIGKILL to those still there after the
-    grace period; returns once all have exited."""
-    for rank in running:
-        ranks[rank].signal(signal.SIGTERM)
-    deadline = time.monotonic() + _launching.STOP_GRACE_S
-    while running:
-        try:
-            rank, _ = exits.get(timeout=max(0.0, deadline - time.monotonic()))
-            running.discard(rank)
-        except queue.Empty:
-            for rank in running:
-                ranks[rank].signal(signal.SIGKILL)
-            deadline = float("inf")
+class _Supervisor:
+    """Waits for the ranks, stops them when one fails or the launcher gets
+    a signal, and says which came first."""
 
+    def __init__(self, ranks: dict[int, _Rank], exits: queue.Queue):
+        self.ranks = ranks
+        self.exits = exits
+        self.running: set[int] = set()
+        self.failure: tuple[int, int, list[int]] | None = None
+        self.received: list[int] = []  # signals to the launcher, in order
+        self._kill_at: float | None = None  # when the ranks still running get SIGKILL
 
-def _supervise(ranks: dict[int, _Rank], exits: queue.Queue) -> tuple[int, int, list[int]] | None:
-    """Waits for every rank. Returns (rank, exit code, ranks stopped) for the
-    first rank that failed, or None when all succeeded."""
-    running = set(ranks)
-    while running:
-        rank, code = exits.get()
-        running.discard(rank)
-        if code != 0:
-            stopped = sorted(running)
-            _stop(ranks, running, exits)
-            return rank, code, stopped
-    return None
+    def signal_running(self, signum: int) -> None:
+        for rank in self.running:
+            self.ranks[rank].signal(signum)
 
+    def on_signal(self, signum: int, _frame) -> None:
+        """The launcher's handler of _STOP_SIGNALS: passes the signal on (a
+        second Ctrl-C as SIGKILL) and has the ranks stopped."""
+        self.received.append(signum)
+        if signum == signal.SIGINT and self.received.count(signal.SIGINT) > 1:
+            signum = signal.SIGKILL
+        self.signal_running(signum)
+        if self._kill_at is None:
+            self._kill_at = time.monotonic() + _launching.STOP_GRACE_S
 
-def _forward_signals(ranks: dict[int, _Rank]) -> dict:
-    """Ctrl-C (SIGINT) and SIGTERM go on to the ranks, which run in their own
-    process groups; a second Ctrl-C kills them. Returns the handlers replaced."""
-    interrupts = 0
+    def stop(self) -> None:
+        """SIGTERM to every running rank; SIGKILL after the grace period."""
+        self.signal_running(signal.SIGTERM)
+        if self._kill_at is None:
+            self._kill_at = time.monotonic() + _launching.STOP_GRACE_S
 
-    def forward(signum, _frame):
-        nonlocal interrupts
-        if signum == signal.SIGINT:
-            interrupts += 1
-            if interrupts > 1:
-                signum = signal.SIGKILL
-        for rank in list(ranks.values()):
-            if rank.process.poll() is None:
-                rank.signal(signum)
-
-    return {signum: signal.signal(signum, forward) for signum in (signal.SIGINT, signal.SIGTERM)}
+    def run(self) -> None:
+        """Returns once every rank has exited."""
+        while self.running:
+            if self._kill_at is not None and time.monotonic() >= self._kill_at:
+                self.signal_running(signal.SIGKILL)
+            try:
+                rank, code = self.exits.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            self.running.discard(rank)
+            if code != 0 and self.failure is None and not self.received:
+                self.failure = rank, code, sorted(self.running)
+                self.stop()
 
 
 def _drain(ranks: dict[int, _Rank]) -> None:
@@ -232,60 +266,88 @@ def _drain(ranks: dict[int, _Rank]) -> None:
             reader.join(max(0.0, deadline - time.monotonic()))
 
 
-def _report(ranks: dict[int, _Rank], failure: tuple[int, int, list[int]]) -> str:
-    rank, code, stopped = failure
-    report = _launching.failure_report(
-        rank, _launching.describe_exit(code), stopped,
-        f"last lines of rank {rank}", list(ranks[rank].tail))
+def _named(report: str) -> str:
     # Output lines are indented; the report's own lines carry our name.
     return "\n".join(line if line.startswith(" ") else f"{_PROG}: {line}"
                      for line in report.splitlines())
 
 
+def _report(ranks: dict[int, _Rank], failure: tuple[int, int, list[int]]) -> str:
+    rank, code, stopped = failure
+    return _named(_launching.failure_report(
+        rank, _launching.describe_exit(code), stopped,
+        f"last lines of rank {rank}", list(ranks[rank].tail)))
+
+
+def _signal_report(signum: int, ranks: dict[int, _Rank]) -> str:
+    codes = ", ".join(f"rank {rank}: {_launching.describe_exit(started.process.returncode)}"
+                      for rank, started in sorted(ranks.items()))
+    return f"{_PROG} received {signal.Signals(signum).name}; stopped the ranks ({codes})"
+
+
 def _run(args: argparse.Namespace) -> int:
     world_size = args.nnodes * args.nprocs
     token = _launching.job_token()
+    # What the ranks leave behind becomes ours to kill when the job ends.
+    _processes.become_subreaper()
     server = None
     if args.node_rank == 0:
         try:
-            server = _launching.serve_store(args.master_addr, args.master_port, token)
+            server = _launching.serve_store(args.master_addr, args.store_port, token)
         except RuntimeError as exc:
             print(f"{_PROG}: cannot serve the rendezvous store on "
-                  f"{args.master_addr}:{args.master_port}: {exc}", file=sys.stderr)
+                  f"{args.master_addr}:{args.store_port}: {exc}", file=sys.stderr)
             return 1
-    port = server.port if server is not None else args.master_port
+    store_port = server.port if server is not None else args.store_port
+    master_port = args.master_port
+    if master_port is None:  # one node: a free port for torch's store
+        master_port = _launching.free_port(args.master_addr)
     command = _rank_command(args.target, args.module)
     ranks: dict[int, _Rank] = {}
     exits: queue.Queue = queue.Queue()
     lock = threading.Lock()
-    previous_handlers = _forward_signals(ranks)
+    supervisor = _Supervisor(ranks, exits)
+    previous_handlers = {signum: signal.signal(signum, supervisor.on_signal)
+                         for signum in _STOP_SIGNALS}
     try:
         for local_rank in range(args.nprocs):
+            if supervisor.received:
+                break
             rank = args.node_rank * args.nprocs + local_rank
             env = dict(os.environ)
             env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach us as they are printed
             _launching.apply_rank_environment(env, _launching.rank_environment(
                 rank=rank, local_rank=local_rank, world_size=world_size,
                 local_world_size=args.nprocs, master_addr=args.master_addr,
-                master_port=port, token=token, timeout_s=args.timeout))
+                master_port=master_port, store_port=store_port, token=token,
+                timeout_s=args.timeout))
             ranks[rank] = _start_rank(rank, command, env, exits, lock)
-        failure = _supervise(ranks, exits)
+            supervisor.running.add(rank)
+        supervisor.run()
     except BaseException:
-        _stop(ranks, {r for r, started in ranks.items() if started.process.poll() is None}, exits)
+        supervisor.stop()
+        supervisor.run()
         raise
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
         if server is not None:
             server.close()
+        # The ranks are reaped: any child left is something they started.
+        _processes.kill_children()
     _drain(ranks)
-    if failure is None:
+    if supervisor.failure is not None:  # a rank failed before any signal came
+        report, code = _report(ranks, supervisor.failure), supervisor.failure[1]
+        code = code if code > 0 else 1
+    elif supervisor.received:
+        signum = supervisor.received[0]
+        report, code = _signal_report(signum, ranks), 128 + signum
+    else:
         return 0
     with lock:
         sys.stdout.flush()
-        print(_report(ranks, failure), file=sys.stderr, flush=True)
-    code = failure[1]
-    return code if code > 0 else 1
+        print(report, file=sys.stderr, flush=True)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

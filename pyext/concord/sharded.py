@@ -11,9 +11,10 @@ import operator
 
 import optree
 
+from .arrays import writable_copy
 from .errors import InvalidArgumentError
 
-__all__ = ["SHARDED_ARRAY_NAMESPACE", "ShardedArray", "flatten", "local"]
+__all__ = ["SHARDED_ARRAY_NAMESPACE", "ShardedArray", "flatten", "local", "writable"]
 
 SHARDED_ARRAY_NAMESPACE = "concord"
 
@@ -65,6 +66,17 @@ optree.register_pytree_node(
 def local(leaf):
     """The array a leaf stores here: a ShardedArray's local block, else the leaf."""
     return leaf.local if isinstance(leaf, ShardedArray) else leaf
+
+
+def writable(leaf):
+    """`leaf`, or, when its array (a ShardedArray's local block) is
+    immutable (JAX), the same leaf around a new copy that work done in
+    place may write."""
+    array = local(leaf)
+    copy = writable_copy(array)
+    if copy is array:
+        return leaf
+    return leaf.replace(copy) if isinstance(leaf, ShardedArray) else copy
 
 
 def flatten(tree):

@@ -8,7 +8,8 @@ framework-agnostic train_step.
         state, metrics = train_step(grad_fn, opt, state, batch, sync=sync)
 
 Gradients are any pytree of NumPy or DLPack arrays shaped like the
-parameters; they are synchronised in place.
+parameters; they are synchronised in place, except JAX arrays (immutable),
+whose synchronised values are new arrays, returned.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import numpy as np
 from . import collectives
 from ._capi import GradSync
 from ._pytree import flatten_like
+from .arrays import is_immutable
 from .communicator import Communicator, world
 from .errors import InvalidArgumentError
-from .sharded import flatten, local
+from .sharded import flatten, local, writable
 
 __all__ = ["GradientSynchronizer", "train_step"]
 
@@ -95,9 +97,12 @@ class GradientSynchronizer:
 
     def mark_ready(self, index: int, grad) -> None:
         """Hands over gradient `index` (leaf order of `params`); it must stay
-        alive and unmodified until wait(), which writes the result into it.
+        alive and unmodified until wait(), which writes the result into it
+        (into a copy of it for a JAX array, which is never written).
         Marking an index twice in one step raises ValueError."""
-        self._sync.mark_ready(self._check_index(index), local(grad))
+        index = self._check_index(index)
+        grad = writable(grad)
+        self._sync.mark_ready(index, local(grad))
         self._marked[index] = grad
 
     def wait(self):
@@ -110,12 +115,13 @@ class GradientSynchronizer:
 
     def synchronize(self, grads):
         """Synchronises a whole pytree of gradients in place (marked in the
-        planned ready order) and returns it."""
+        planned ready order) and returns it; with JAX leaves, which are
+        never written, a new pytree holding new arrays in their place."""
         leaves = flatten_like(self._treespec, grads, "grads")
         for index in self._order:
             self.mark_ready(index, leaves[index])
-        self.wait()
-        return grads
+        synchronised = self.wait()
+        return synchronised if any(is_immutable(local(leaf)) for leaf in leaves) else grads
 
     def close(self) -> None:
         """Releases the buckets (waiting for any still in flight)."""
@@ -147,13 +153,15 @@ def _sync_communicator(sync):
                     f"got {type(sync).__name__}")
 
 
-def _synchronize(grads, sync, comm) -> None:
-    """Averages `grads` over the ranks in place, as `sync` says."""
+def _synchronize(grads, sync, comm):
+    """`grads` averaged over the ranks as `sync` says: in place, except
+    JAX leaves, replaced by new arrays."""
     if isinstance(sync, GradientSynchronizer):
-        sync.synchronize(grads)
-    else:
-        leaves, _ = flatten(grads)
-        comm._handle.all_reduce_multi([local(g) for g in leaves], "mean", False)
+        return sync.synchronize(grads)
+    leaves, treespec = flatten(grads)
+    leaves = [writable(g) for g in leaves]
+    comm._handle.all_reduce_multi([local(g) for g in leaves], "mean", False)
+    return treespec.unflatten(leaves)
 
 
 def train_step(grad_fn, optimizer, state: dict, batch, *, sync):
@@ -183,7 +191,7 @@ def train_step(grad_fn, optimizer, state: dict, batch, *, sync):
     totals = np.array([float(loss) * size, size], dtype=np.float64)
     # The loss travels while the gradients are being synchronised.
     loss_work = collectives.all_reduce(totals, comm=comm, out=totals, async_op=True)
-    _synchronize(grads, sync, comm)
+    grads = _synchronize(grads, sync, comm)
     params, opt_state = optimizer.step(state["params"], grads, state["opt_state"])
     loss_sum, samples = loss_work.wait()
     return ({**state, "params": params, "opt_state": opt_state},

@@ -146,14 +146,18 @@ typedef struct concord_comm_options {
   const char* token;       /* NULL: CONCORD_JOB_TOKEN */
   double timeout_s;        /* <= 0: CONCORD_TIMEOUT or 600 */
   const char* backend;     /* NULL or "auto": by device; "shm", "gloo", "nccl" */
+  int store_served_elsewhere; /* nonzero: rank 0 does not serve the store; another
+                                 process does (as CONCORD_STORE_SERVER=launcher) */
 } concord_comm_options;
 
 #define CONCORD_COMM_OPTIONS_INIT \
-  { sizeof(concord_comm_options), -1, -1, NULL, 0, NULL, 0.0, NULL }
+  { sizeof(concord_comm_options), -1, -1, NULL, 0, NULL, 0.0, NULL, 0 }
 
 /* The world communicator. Fields left unset come from the environment in
  * the order: CONCORD_*, torchrun, Open MPI, PMI, SLURM; nothing set gives
- * a world of one. Rank 0 serves the store unless CONCORD_STORE_SERVER=launcher. */
+ * a world of one. Rank 0 serves the store unless CONCORD_STORE_SERVER=launcher
+ * or store_served_elsewhere. A struct_size from before a field was added
+ * leaves that field at its CONCORD_COMM_OPTIONS_INIT value. */
 CONCORD_API concord_status concord_comm_init(const concord_comm_options* options,
                                              concord_comm_t* out);
 CONCORD_API concord_status concord_comm_init_from_env(concord_comm_t* out);

@@ -7,12 +7,13 @@ minima, concatenations; never ratios), and is kept as two parts:
   on every rank;
 - ``window``: what this rank added since then.
 
-``trigger_sync()`` hands the window's arrays to the collectives and starts a
-fresh, empty window; ``wait_sync()`` adds the reduced windows of all ranks to
-``synced``. Each datum is thus sent exactly once: the synced part is never
-sent again, and the window restarts empty, so ``update()`` after a sync
-builds a new local window on top of the synced totals without double
-counting. ``compute()`` reads ``synced`` combined with the current window
+``trigger_sync()`` starts the collectives over copies of the window's arrays
+(nothing may update the metric until ``wait_sync()``); ``wait_sync()`` adds
+the reduced windows of all ranks to ``synced`` and empties the window, or,
+when the sync failed, leaves the window exactly as it was. Each datum is
+thus sent exactly once: the synced part is never sent again, and the window
+restarts empty, so ``update()`` after a sync builds a new local window on
+top of the synced totals without double counting. ``compute()`` reads ``synced`` combined with the current window
 (on a rank that updated since the last sync, that includes its own
 unsynced data). Metrics never sync on their own: call ``sync()`` (or
 ``trigger_sync()`` / ``wait_sync()``) before ``compute()`` for global values.
@@ -195,9 +196,9 @@ class Metric:
         # home is then taken by allocating them anew, not by copying).
         self._pristine = True
         self._pending = None  # (PendingSync, entries) between trigger and wait
-        # Window arrays back from a finished sync, cleared for the next
-        # window: large states (a 1000-class confusion matrix) are not
-        # reallocated, and their pages not faulted in again, on every sync.
+        # The copies a finished sync reduced, reused by the next one: large
+        # states (a 1000-class confusion matrix) are not reallocated, and
+        # their pages not faulted in again, on every sync.
         self._spare = {}
 
     # ---- for subclasses
@@ -339,18 +340,12 @@ class Metric:
                 "call wait_sync() first (the states are being reduced across ranks)")
 
     def _entries(self, prefix):
-        return [Entry((*prefix, name), spec, self._window_value(name))
+        return [Entry((*prefix, name), spec, self._window_value(name), self._spare.pop(name, None))
                 for name, spec in self._specs.items()]
 
     def _hand_over(self, pending, entries):
-        """The window's arrays now belong to the collectives; a new, empty
-        window starts."""
+        """The sync of `entries` is in flight until wait_sync()."""
         self._pending = (pending, entries)
-        self._window = {name: self._next_window(name) for name in self._specs}
-
-    def _next_window(self, name):
-        spare = self._spare.pop(name, None)
-        return _fresh_window(self._specs[name], self._where) if spare is None else spare
 
     # ---- public lifecycle
 
@@ -364,26 +359,23 @@ class Metric:
 
     def wait_sync(self):
         """Waits for the sync started by trigger_sync() and folds the data of
-        all ranks into the synced state. If the collective fails, the window
-        is restored (nothing is lost) and the error raised."""
+        all ranks into the synced state. If the collective fails, the error
+        is raised and the window is as it was (the collectives reduced
+        copies): nothing is lost."""
         if self._pending is None:
             raise RuntimeError(f"{type(self).__name__}.wait_sync() without trigger_sync()")
         pending, entries = self._pending
         self._pending = None
-        try:
-            results = pending.wait()
-        except BaseException:
-            # A failed collective leaves its arrays as they were.
-            self._window = {e.key[-1]: [e.window] if e.spec.op == "cat" else e.window
-                            for e in entries}
-            raise
+        results = pending.wait()
         for entry in entries:
             name = entry.key[-1]
             self._synced[name] = entry.spec.fold(self._synced[name], results[entry.key])
             self._pristine = False
-            if entry.spec.op != "cat":
-                entry.spec.clear(entry.window)
-                self._spare[name] = entry.window
+            if entry.spec.op == "cat":
+                self._window[name] = _fresh_window(entry.spec, self._where)
+            else:
+                entry.spec.clear(self._window[name])
+                self._spare[name] = results[entry.key]
 
     def sync(self, comm=None):
         """trigger_sync() then wait_sync()."""

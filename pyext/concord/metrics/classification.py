@@ -18,9 +18,11 @@ outside [0, 1]) are skipped, not counted.
 
 Zero division: a per-class score whose denominator is zero (precision of a
 class never predicted, recall of a class never in the target) is NaN. The
-averages follow torchmetrics: ``micro`` divides the summed counts;
-``macro`` is the mean over the classes that occur (in the target or the
-predictions), a zero-division class among them counting 0; ``weighted``
+averages follow torchmetrics (and scikit-learn): ``micro`` divides the
+summed counts; ``macro`` is the mean over the classes that occur (in the
+target or the predictions), a zero-division class among them counting 0,
+and for multilabel the mean over every label, one that occurs nowhere
+counting 0; ``weighted``
 weighs each class by its support (its count in the target), zero-division
 classes counting 0. When an average itself has nothing to divide by (no
 samples yet, or no class occurs), compute() returns NaN with a
@@ -159,7 +161,10 @@ class _Score(_ClassCounts):
         scores = np.divide(num, den, out=np.full(num.shape, np.nan), where=defined)
         if self.average == "none":
             return self._to_home(scores)
-        weights = (tp + fp + fn > 0) if self.average == "macro" else tp + fn
+        if self.average == "macro":
+            weights = np.ones_like(tp) if self.task == "multilabel" else tp + fp + fn > 0
+        else:
+            weights = tp + fn
         weights = weights.astype(np.float64)
         return self._ratio((weights * np.where(defined, scores, 0.0)).sum(), weights.sum())
 

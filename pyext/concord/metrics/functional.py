@@ -8,7 +8,10 @@ stream, with no host synchronisation); the other leaves as host NumPy
 copies. Leaves are reduced element-wise across the
 ranks of ``axis_name`` (None: the whole world; with a mesh active, one of its
 axes; with no mesh, any name means the whole world). Every rank must pass
-the same structure with the same shapes and dtypes.
+the same structure (keys included) with the same shapes, dtypes and reduce
+ops: each call first compares a fingerprint of them across the ranks (one
+small blocking all-gather) and raises MismatchError on every rank when they
+differ, instead of mixing values or hanging.
 
 Each call issues one fused collective per reduce op, whatever the number
 of leaves and device (``all_reduce_multi``: one collective per dtype
@@ -32,7 +35,7 @@ from array_api_compat import device as array_device
 from array_api_compat import is_jax_array, is_torch_array
 
 from .._host import device_key, to_host
-from .._pytree import fused_all_gather, group_indices
+from .._pytree import agree, fused_all_gather, group_indices
 from ..arrays import namespace
 from ..mesh import axis_comm
 
@@ -138,15 +141,32 @@ def _checked_reduce_fn(reduce_fn):
     return checked
 
 
-def _reduce(leaves, ops, axis_name):
+def _describe(buffer):
+    """What ranks must agree on about a leaf's buffer: shape, dtype, and
+    whether it is on the host or a GPU."""
+    return f"{tuple(buffer.shape)}{buffer.dtype}@{device_key(buffer)[0]}"
+
+
+def _agree(what, comm, treedef, descriptions):
+    """Raises MismatchError on every rank of `comm` unless all passed the
+    same pytree structure and the same leaf descriptions."""
+    mine = f"{treedef} with leaves " + ", ".join(descriptions)
+    agree(comm, mine, f"{what}: ranks passed different metric pytrees (structure and keys, "
+                      "leaf shapes, dtypes, devices or reduce ops)", mine=mine)
+
+
+def _reduce(what, treedef, leaves, ops, axis_name):
     """The leaves reduced by their ops (None: passed through), one
     all_reduce_multi per op and device (host leaves in one, GPU leaves in
-    another), all in flight together."""
+    another), all in flight together, once the ranks agreed on what they
+    reduce."""
     buffers = [None if op is None else _copy(leaf, op) for leaf, op in zip(leaves, ops)]
+    comm = axis_comm(axis_name)
+    _agree(what, comm, treedef, [f"{op}:{'-' if buffer is None else _describe(buffer)}"
+                                 for op, buffer in zip(ops, buffers)])
     reduced = [i for i, op in enumerate(ops) if op is not None]
     groups = group_indices((OPS.index(ops[i]), device_key(buffers[i])) for i in reduced)
     if groups:
-        comm = axis_comm(axis_name)
         works = [comm._handle.all_reduce_multi([buffers[reduced[j]] for j in members],
                                                OPS[op_index], True)
                  for (op_index, _), members in sorted(groups.items(), key=_group_order)]
@@ -170,47 +190,52 @@ def reduce_custom(metrics, reduce_fn=None, *, axis_name=None):
     reduce_fn = _checked_reduce_fn(reduce_fn)
     paths, leaves, treedef = optree.tree_flatten_with_path(metrics)
     ops = [_op_of(path, reduce_fn) for path in paths]
-    return optree.tree_unflatten(treedef, _reduce(leaves, ops, axis_name))
+    return optree.tree_unflatten(treedef, _reduce("reduce_custom", treedef, leaves, ops,
+                                                  axis_name))
 
 
-def _reduce_all(metrics, op, axis_name):
+def _reduce_all(what, metrics, op, axis_name):
     leaves, treedef = optree.tree_flatten(metrics)
-    return optree.tree_unflatten(treedef, _reduce(leaves, [op] * len(leaves), axis_name))
+    return optree.tree_unflatten(treedef, _reduce(what, treedef, leaves, [op] * len(leaves),
+                                                  axis_name))
 
 
 def reduce_mean(metrics, *, axis_name=None):
     """Element-wise mean of every leaf across ranks."""
-    return _reduce_all(metrics, "mean", axis_name)
+    return _reduce_all("reduce_mean", metrics, "mean", axis_name)
 
 
 def reduce_sum(metrics, *, axis_name=None):
     """Element-wise sum of every leaf across ranks."""
-    return _reduce_all(metrics, "sum", axis_name)
+    return _reduce_all("reduce_sum", metrics, "sum", axis_name)
 
 
 def reduce_max(metrics, *, axis_name=None):
     """Element-wise maximum of every leaf across ranks."""
-    return _reduce_all(metrics, "max", axis_name)
+    return _reduce_all("reduce_max", metrics, "max", axis_name)
 
 
 def reduce_min(metrics, *, axis_name=None):
     """Element-wise minimum of every leaf across ranks."""
-    return _reduce_all(metrics, "min", axis_name)
+    return _reduce_all("reduce_min", metrics, "min", axis_name)
 
 
-def _gather_leaves(leaves, axis_name):
+def _gather_leaves(what, treedef, leaves, axis_name):
     """Every leaf of every rank as an array (ranks, *shape): NumPy for host
     copies, the leaf's own namespace on its device otherwise; one
-    all-gather per kind of array, the leaves packed into one buffer."""
+    all-gather per kind of array, the leaves packed into one buffer, once
+    the ranks agreed on what they gather."""
     copies = [_copy(leaf) for leaf in leaves]
-    return fused_all_gather(copies, axis_comm(axis_name)) if copies else []
+    comm = axis_comm(axis_name)
+    _agree(what, comm, treedef, [_describe(copy) for copy in copies])
+    return fused_all_gather(copies, comm) if copies else []
 
 
 def all_gather(metrics, *, axis_name=None):
     """Every leaf with a new leading rank axis: (ranks, *shape), in the
     leaf's array type (Python and NumPy scalars become NumPy arrays)."""
     leaves, treedef = optree.tree_flatten(metrics)
-    stacked = _gather_leaves(leaves, axis_name)
+    stacked = _gather_leaves("all_gather", treedef, leaves, axis_name)
     results = [s if isinstance(leaf, (*_PYTHON_SCALARS, np.generic)) else _restore(leaf, s)
                for leaf, s in zip(leaves, stacked)]
     return optree.tree_unflatten(treedef, results)
@@ -220,6 +245,6 @@ def collect_from_devices(metrics, *, axis_name=None):
     """Every leaf as a Python list with one value per rank, in rank order,
     each in the leaf's own type."""
     leaves, treedef = optree.tree_flatten(metrics)
-    stacked = _gather_leaves(leaves, axis_name)
+    stacked = _gather_leaves("collect_from_devices", treedef, leaves, axis_name)
     results = [[_restore(leaf, row) for row in s] for leaf, s in zip(leaves, stacked)]
     return optree.tree_unflatten(treedef, results)

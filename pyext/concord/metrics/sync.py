@@ -7,7 +7,8 @@ bytes into one padded ``all_gather``. Before that, one small blocking
 all-gather of a header makes ranks agree: it carries a fingerprint of the
 states (names, reduce ops, shapes, dtypes) and the row counts of the cat
 states, so ranks holding different metrics get ``MismatchError`` instead of
-a hang or a silently wrong sum.
+a hang or a silently wrong sum. The windows themselves are never written:
+the sum/max/min ones are reduced in copies, so a failed sync loses nothing.
 
 States may be arrays of any library with in-place updates (NumPy, torch,
 CuPy) on the host or a GPU. The collectives take them through DLPack, so
@@ -134,11 +135,15 @@ class StateSpec:
 @dataclass(frozen=True)
 class Entry:
     """A state handed to a sync: `key` names it, `window` is this rank's
-    data since the last sync (reduced in place for sum/max/min)."""
+    data since the last sync, which the sync never writes: a sum/max/min
+    state is reduced in a copy, made in `buffer` (an array like the window,
+    kept from an earlier sync) when one is given, so a sync that fails
+    leaves the window as it was."""
 
     key: tuple
     spec: StateSpec
     window: object  # an array of the metric's namespace, on its device
+    buffer: object = None
 
 
 def _signature(entries, devices=None):
@@ -221,13 +226,28 @@ def _unpack_cats(cats, rows, gathered):
     return results
 
 
+def _reduction_copy(entry):
+    """A copy of a sum/max/min entry's window to reduce in place: in its
+    buffer when it has one."""
+    window, buffer = entry.window, entry.buffer
+    if buffer is None:
+        if isinstance(window, np.ndarray):
+            return window.copy()
+        return namespace(window).asarray(window, copy=True)
+    if isinstance(buffer, np.ndarray):
+        np.copyto(buffer, window)
+    else:
+        buffer[...] = window
+    return buffer
+
+
 class PendingSync:
     """The collectives of one sync in flight. ``wait()`` may be called by
     every metric taking part: it waits once and returns the same results
     (or raises the same error) every time."""
 
-    def __init__(self, entries, works, cat_finishes):
-        self._entries = entries
+    def __init__(self, reduced, works, cat_finishes):
+        self._reduced = reduced  # {key: the reduced copy of a sum/max/min window}
         self._works = works
         self._cat_finishes = cat_finishes
         self._results = None
@@ -239,12 +259,9 @@ class PendingSync:
             raise self._error
         if self._results is None:
             try:
-                results = {}
                 for work in self._works:
                     work.wait()
-                for entry in self._entries:
-                    if entry.spec.op != "cat":
-                        results[entry.key] = entry.window
+                results = dict(self._reduced)
                 for finish in self._cat_finishes:
                     results.update(finish())
             except BaseException as exc:
@@ -267,17 +284,18 @@ def start_sync(entries, comm=None):
     # Ranks agree on the states, and learn each other's cat row counts.
     rows = agree(comm, _signature(entries, devices), _MISMATCH,
                  extra=[len(e.window) for e in cats])
+    reduced = {e.key: _reduction_copy(e) for e in entries if e.spec.op != "cat"}
     works = []
     for op in REDUCE_OPS:
         for group in _by_device([e for e in entries if e.spec.op == op], devices):
-            works.append(comm._handle.all_reduce_multi([e.window for e in group], op, True))
+            works.append(comm._handle.all_reduce_multi([reduced[e.key] for e in group], op, True))
     finishes = []
     if cats:
         column = {id(e): i for i, e in enumerate(cats)}
         for group in _by_device(cats, devices):
             columns = [column[id(e)] for e in group]
             finishes.append(_start_cat_gather(comm, group, rows[:, columns]))
-    return PendingSync(entries, works, finishes)
+    return PendingSync(reduced, works, finishes)
 
 
 def _start_cat_gather(comm, cats, rows):

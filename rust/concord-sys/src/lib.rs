@@ -176,6 +176,7 @@ pub struct concord_comm_options {
     pub token: *const c_char,
     pub timeout_s: f64,
     pub backend: *const c_char,
+    pub store_served_elsewhere: c_int,
 }
 
 impl Default for concord_comm_options {
@@ -190,6 +191,7 @@ impl Default for concord_comm_options {
             token: core::ptr::null(),
             timeout_s: 0.0,
             backend: core::ptr::null(),
+            store_served_elsewhere: 0,
         }
     }
 }

@@ -144,7 +144,8 @@ fn structs_have_the_c_layout() {
         DLManagedTensor { dl_tensor, manager_ctx, deleter }
         DLManagedTensorVersioned { version, manager_ctx, deleter, flags, dl_tensor }
         concord_comm_options {
-            struct_size, rank, world_size, master_addr, master_port, token, timeout_s, backend
+            struct_size, rank, world_size, master_addr, master_port, token, timeout_s, backend,
+            store_served_elsewhere
         }
         concord_grad_sync_options { struct_size, bucket_cap_mb, first_bucket_mb, op, compress }
         concord_sgd_options { struct_size, lr, momentum, weight_decay, nesterov, step }
