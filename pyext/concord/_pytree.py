@@ -15,7 +15,7 @@ from .arrays import empty, namespace
 from .errors import MismatchError
 
 __all__ = ["agree", "flatten_like", "fused_all_gather", "fused_all_reduce", "fused_broadcast",
-           "group_indices", "kind"]
+           "group_indices", "kind", "pack", "unpack"]
 
 
 def flatten_like(treespec, tree, what, like="params"):
@@ -79,12 +79,13 @@ def kind(array):
 
 # ---- fused collectives ----------------------------------------------------------
 
-def _pack(values):
+def pack(values):
+    """The values flattened and concatenated, in their own namespace."""
     xp = namespace(values[0])
     return xp.concat([xp.reshape(value, (-1,)) for value in values])
 
 
-def _unpack(buffer, values):
+def unpack(buffer, values):
     """Views of `buffer`'s last axis shaped as `values`, in order; the
     leading axes (the ranks of a gather) are kept in front."""
     xp = namespace(buffer)
@@ -106,7 +107,7 @@ def _fused(values, start):
         pending.append((indices, members, start(members)))
     results = list(values)
     for indices, members, work in pending:
-        for index, part in zip(indices, _unpack(work.wait(), members)):
+        for index, part in zip(indices, unpack(work.wait(), members)):
             results[index] = part
     return results
 
@@ -115,7 +116,7 @@ def fused_all_reduce(values, op, comm):
     """`values` reduced by `op` over `comm` into new arrays (the values are
     not written): one all-reduce per kind."""
     def start(members):
-        buffer = _pack(members)
+        buffer = pack(members)
         return collectives.all_reduce(buffer, op, comm=comm, out=buffer, async_op=True)
     return _fused(values, start)
 
@@ -126,7 +127,7 @@ def fused_broadcast(values, root, comm):
     def start(members):
         # Only the root's data travels; the others just need the room.
         if comm.rank == root:
-            buffer = _pack(members)
+            buffer = pack(members)
         else:
             buffer = empty(members[0], (sum(math.prod(m.shape) for m in members),))
         return collectives.broadcast(buffer, root, comm=comm, out=buffer, async_op=True)
@@ -137,4 +138,4 @@ def fused_all_gather(values, comm):
     """Every rank's values, each with a leading rank axis (ranks, *shape):
     one all-gather per kind."""
     return _fused(values, lambda members: collectives.all_gather(
-        _pack(members), tiled=False, comm=comm, async_op=True))
+        pack(members), tiled=False, comm=comm, async_op=True))
