@@ -409,28 +409,46 @@ def test_build_info_says_whether_the_handlers_were_built():
 
 
 def test_bad_arguments_raise_while_tracing(world1):
-    x = jnp.ones((3, 4))
+    # Traced from shapes alone: JAX's runtime stays unstarted in this
+    # process, which later tests fork.
+    x = jax.ShapeDtypeStruct((3, 4), jnp.float32)
     with pytest.raises(cc.InvalidArgumentError, match="unknown op 'avg'"):
-        jax.jit(lambda v: cj.all_reduce(v, "avg"))(x)
+        jax.jit(lambda v: cj.all_reduce(v, "avg")).trace(x)
     with pytest.raises(cc.InvalidArgumentError, match="0-d x cannot be concatenated"):
-        jax.jit(lambda v: cj.all_gather(v[0, 0]))(x)
+        jax.jit(lambda v: cj.all_gather(v[0, 0])).trace(x)
     with pytest.raises(cc.InvalidArgumentError, match="axis 2 is out of range"):
-        jax.jit(lambda v: cj.reduce_scatter(v, axis=2))(x)
+        jax.jit(lambda v: cj.reduce_scatter(v, axis=2)).trace(x)
     with pytest.raises(cc.InvalidArgumentError, match="axis 3 is out of range"):
-        jax.jit(lambda v: cj.all_gather(v, axis=3, tiled=False))(x)
+        jax.jit(lambda v: cj.all_gather(v, axis=3, tiled=False)).trace(x)
 
 
-def test_before_init_the_collectives_say_so(monkeypatch):
+def test_before_init_the_collectives_say_so():
     with pytest.raises(cc.ConcordError, match="not initialised"):
-        jax.jit(cj.all_reduce)(jnp.ones(2))
+        jax.jit(cj.all_reduce).trace(jax.ShapeDtypeStruct((2,), jnp.float32))
 
 
-def test_without_the_handlers_concrete_arrays_run_eagerly(world1, monkeypatch):
-    monkeypatch.setattr(_library, "_problem", "not built here")
-    x = jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3)
-    result = cj.all_gather(x, axis=1)
-    assert isinstance(result, jax.Array) and result.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(result), np.asarray(x))
-    np.testing.assert_array_equal(np.asarray(cj.all_reduce(x, "max")), np.asarray(x))
-    with pytest.raises(cc.UnavailableError, match="not built here"):
+def without_the_handlers():
+    """concord.jax as a build without its handlers runs it: concrete arrays
+    through the eager collectives, traced ones refused."""
+    join_world()
+    _library._problem = "not built here"
+    x = jnp.arange(6, dtype=jnp.bfloat16).reshape(2, 3) + cc.rank()
+    gathered = cj.all_gather(x, axis=1)
+    maxima = cj.all_reduce(x, "max")
+    try:
         jax.jit(cj.all_reduce)(x)
+        traced = "no error"
+    except cc.UnavailableError as exc:
+        traced = str(exc)
+    cc.shutdown()
+    return (type(gathered).__name__, str(gathered.dtype), np.asarray(gathered, float).tolist(),
+            np.asarray(maxima, float).tolist(), traced)
+
+
+def test_without_the_handlers_concrete_arrays_run_eagerly(process_ranks):
+    x = np.arange(6.0).reshape(2, 3)
+    for kind, dtype, gathered, maxima, traced in process_ranks(2, without_the_handlers):
+        assert kind == "ArrayImpl" and dtype == "bfloat16"
+        assert gathered == np.concatenate([x, x + 1], axis=1).tolist()
+        assert maxima == (x + 1).tolist()
+        assert "not built here" in traced, traced
