@@ -323,6 +323,18 @@ def ordering_and_loops(seed):
     checks.expect("fori_loop of 300 all_reduce", loop(jnp.asarray(xs[r])), sum(xs) / n + 300)
     checks.expect("the same loop again", loop(jnp.asarray(xs[r]) * 2), 2 * sum(xs) / n + 300)
 
+    # Under vmap: the batch axis is one more axis of the arrays.
+    rows = checks.data((3, 2 * n))
+    batched = jax.jit(jax.vmap(lambda v: (cj.all_reduce(v, "max"), cj.all_gather(v),
+                                          cj.reduce_scatter(v), cj.broadcast(v, n - 1))))
+    maxima, gathered, scattered, broadcast = batched(jnp.asarray(rows[r]))
+    checks.expect("vmap of all_reduce", maxima, np.max(np.stack(rows), axis=0))
+    checks.expect("vmap of all_gather", gathered, np.concatenate(rows, axis=1))
+    checks.expect("vmap of reduce_scatter", scattered, sum(rows)[:, 2 * r:2 * r + 2])
+    checks.expect("vmap of broadcast", broadcast, rows[n - 1])
+    leading = jax.vmap(cj.reduce_scatter, in_axes=1, out_axes=1)(jnp.asarray(rows[r].T))
+    checks.expect("vmap of reduce_scatter over axis 1", leading, sum(rows).T[2 * r:2 * r + 2])
+
     # A scan gathering every step.
     scan = jax.jit(lambda x: jax.lax.scan(lambda c, i: (c + 1, cj.all_gather(c + i)), x,
                                           jnp.arange(4.0))[1])
@@ -332,7 +344,7 @@ def ordering_and_loops(seed):
     return checks.failures, calls
 
 
-def test_collectives_keep_program_order_and_run_hundreds_of_times(process_ranks, seed):
+def test_collectives_keep_program_order_run_hundreds_of_times_and_map(process_ranks, seed):
     results = process_ranks(2, ordering_and_loops, seed)
     failures = [f for failed, _ in results for f in failed]
     assert not failures, report(failures, seed)

@@ -7,6 +7,9 @@ through all of them (inside jit, scan, while loops, and across dispatched
 computations): XLA can neither drop, reorder nor overlap them, and every
 rank issues them in program order.
 
+Under jax.vmap the batch axis is one more axis of the arrays: every rank
+must map over the same sizes.
+
 Differentiation follows jax.lax's collectives, whose SPMD reading is that
 the program's result is the sum of what every rank computes: all_reduce
 with "sum" is psum (its transpose all-reduces the cotangents), "mean" is
@@ -28,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax._src import effects  # declaring an ordered effect has no public API yet
 from jax.extend.core import Primitive
-from jax.interpreters import ad, mlir, xla
+from jax.interpreters import ad, batching, mlir, xla
 
 from .._constants import REDUCE_OPS
 from ._library import PLATFORMS, target
@@ -196,3 +199,28 @@ ad.primitive_jvps[reduce_scatter_p] = functools.partial(
 ad.primitive_transposes[reduce_scatter_p] = _reduce_scatter_transpose
 ad.deflinear2(all_gather_p, _all_gather_transpose)
 ad.deflinear2(broadcast_p, _broadcast_transpose)
+
+
+# ---- batching ---------------------------------------------------------------------
+
+def _elementwise_batcher(primitive, args, dims, **params):
+    (x,), (d,) = args, dims
+    return primitive.bind(x, **params), d
+
+
+def _all_gather_batcher(args, dims, *, comm):
+    (x,), (d,) = args, dims
+    return all_gather_p.bind(x, comm=comm), d + 1  # behind the new rank axis
+
+
+def _reduce_scatter_batcher(args, dims, *, comm, op):
+    (x,), (d,) = args, dims
+    if d == 0:  # the leading axis holds the ranks' blocks: the batch goes behind it
+        x, d = jnp.moveaxis(x, 0, 1), 1
+    return reduce_scatter_p.bind(x, comm=comm, op=op), d - 1
+
+
+batching.primitive_batchers[all_reduce_p] = functools.partial(_elementwise_batcher, all_reduce_p)
+batching.primitive_batchers[broadcast_p] = functools.partial(_elementwise_batcher, broadcast_p)
+batching.primitive_batchers[all_gather_p] = _all_gather_batcher
+batching.primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
