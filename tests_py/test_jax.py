@@ -323,6 +323,15 @@ def ordering_and_loops(seed):
     checks.expect("fori_loop of 300 all_reduce", loop(jnp.asarray(xs[r])), sum(xs) / n + 300)
     checks.expect("the same loop again", loop(jnp.asarray(xs[r]) * 2), 2 * sum(xs) / n + 300)
 
+    # all_reduce and broadcast take their operand's buffer when nothing
+    # else reads it; an operand read afterwards keeps its values.
+    both = jax.jit(lambda v: (cj.all_reduce(v), v * 1, cj.broadcast(v, 0), v + 1))
+    summed, same, broadcast, plus = both(jnp.asarray(xs[r]))
+    checks.expect("all_reduce of an operand read afterwards", summed, sum(xs))
+    checks.expect("the operand read after all_reduce", same, xs[r])
+    checks.expect("broadcast of an operand read afterwards", broadcast, xs[0])
+    checks.expect("the operand read after broadcast", plus, xs[r] + 1)
+
     # Under vmap: the batch axis is one more axis of the arrays.
     rows = checks.data((3, 2 * n))
     batched = jax.jit(jax.vmap(lambda v: (cj.all_reduce(v, "max"), cj.all_gather(v),
@@ -464,3 +473,4 @@ def test_without_the_handlers_concrete_arrays_run_eagerly(process_ranks):
         assert gathered == np.concatenate([x, x + 1], axis=1).tolist()
         assert maxima == (x + 1).tolist()
         assert "not built here" in traced, traced
+

@@ -118,26 +118,32 @@ def _attributes(comm, op=None, root=None):
     return attributes
 
 
-def _lower(name, ctx, x, *, comm, **params):
-    """The handler's custom call, with the effect's token in and out."""
+def _lower(name, in_place, ctx, x, *, comm, **params):
+    """The handler's custom call, with the effect's token in and out. With
+    `in_place` its result takes the operand's buffer: XLA copies the operand
+    first only when something still reads it (a JAX array never changes),
+    so a loop's carry, or gradients, are reduced where they are instead of
+    into fresh memory on every call."""
     with_token = ctx.replace(avals_in=[*ctx.avals_in, abstract_token],
                              avals_out=[*ctx.avals_out, abstract_token])
-    call = jax.ffi.ffi_lowering(name, has_side_effect=True)
+    call = jax.ffi.ffi_lowering(name, has_side_effect=True,
+                                operand_output_aliases={0: 0} if in_place else None)
     result, token = call(with_token, x, ctx.tokens_in.get(EFFECT), **_attributes(comm, **params))
     ctx.set_tokens_out(mlir.TokenSet({EFFECT: token}))
     return [result]
 
 
-def _register_lowering(primitive, collective):
+def _register_lowering(primitive, collective, in_place):
     for platform in PLATFORMS:
-        mlir.register_lowering(primitive, functools.partial(_lower, target(collective, platform)),
-                               platform=platform)
+        mlir.register_lowering(
+            primitive, functools.partial(_lower, target(collective, platform), in_place),
+            platform=platform)
 
 
-_register_lowering(all_reduce_p, "all_reduce")
-_register_lowering(all_gather_p, "all_gather")
-_register_lowering(reduce_scatter_p, "reduce_scatter")
-_register_lowering(broadcast_p, "broadcast")
+_register_lowering(all_reduce_p, "all_reduce", in_place=True)
+_register_lowering(all_gather_p, "all_gather", in_place=False)
+_register_lowering(reduce_scatter_p, "reduce_scatter", in_place=False)
+_register_lowering(broadcast_p, "broadcast", in_place=True)
 
 
 # ---- differentiation ----------------------------------------------------------------

@@ -5,7 +5,9 @@
 // Every handler takes and returns a token besides its buffers: concord.jax
 // threads one through all its calls (an ordered effect), so XLA neither
 // drops, reorders nor overlaps them and every rank issues them in program
-// order. Results are XLA's fresh output buffers; inputs are only read.
+// order. Results are XLA's output buffers; an all_reduce's or broadcast's
+// is its operand's when XLA can spare that (concord.jax asks for the alias),
+// which the C ABI sees as an in-place call (the same data pointer).
 //
 // The CUDA handlers pass the stream XLA gives them to the C ABI, which
 // enqueues NCCL on it and returns without waiting on the host, as XLA
