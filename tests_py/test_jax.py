@@ -474,3 +474,39 @@ def test_without_the_handlers_concrete_arrays_run_eagerly(process_ranks):
         assert maxima == (x + 1).tolist()
         assert "not built here" in traced, traced
 
+
+# ---- on a GPU --------------------------------------------------------------------------------
+
+def on_the_gpu(seed):
+    """The CUDA handlers on a world of one (NCCL, on XLA's stream): the
+    failed checks, or why JAX cannot run on a GPU here."""
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError as exc:
+        return f"JAX sees no GPU: {exc}"
+    jax.config.update("jax_enable_x64", True)
+    cc.init(timeout=120.0)
+    checks = Checks(seed)
+    for dtype in ("float32", "bfloat16", "int32"):
+        checks.all_reduce(dtype)
+        checks.all_gather(dtype)
+        checks.reduce_scatter(dtype)
+        checks.broadcast(dtype)
+        with jax.default_device(gpu):
+            checks.run_jitted()
+            checks.run_eagerly(["(7,)"])
+    x = jax.device_put(jnp.arange(5.0), gpu)
+    looped = jax.jit(lambda v: jax.lax.fori_loop(0, 100, lambda i, c: cj.all_reduce(c) + 1, v))
+    checks.expect("fori_loop on the GPU", looped(x), np.arange(5.0) + 100)
+    checks.expect("grad on the GPU", jax.jit(jax.grad(lambda v: jnp.sum(cj.all_reduce(v) ** 2)))(x),
+                  2 * np.arange(5.0))
+    cc.shutdown()
+    return checks.failures
+
+
+@pytest.mark.gpu
+def test_the_cuda_handlers_on_a_gpu(process_ranks, seed):
+    result, = process_ranks(1, on_the_gpu, seed)
+    if isinstance(result, str):
+        pytest.skip(result)
+    assert not result, report(result, seed)
