@@ -28,6 +28,7 @@ py_packages=(
   "optree:optree>=0.10"
   "array_api_compat:array-api-compat>=1.4"
   "sklearn:scikit-learn>=1.0"
+  "jax:jax>=0.5"
 )
 need=()
 for entry in "${py_packages[@]}"; do
