@@ -47,6 +47,7 @@ bench: install
 	$(PYTHON) bench/optim.py
 	$(PYTHON) bench/metrics_sync.py
 	$(PYTHON) bench/gpu.py
+	$(PYTHON) bench/jax_jit.py
 
 clean:
 	rm -rf $(BUILD)

@@ -207,6 +207,15 @@ def _stop_group(process: subprocess.Popen, grace_s: float = 10.0) -> str:
     return output
 
 
+def parse_bytes(text: str) -> int:
+    """A size given as 8, 64K, 4MiB, 1G, ..."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
 def format_bytes(nbytes: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale and nbytes % scale == 0:

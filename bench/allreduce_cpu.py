@@ -284,14 +284,6 @@ class LibRun:
         return None
 
 
-def parse_bytes(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().removesuffix("B").removesuffix("I")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
-
-
 def default_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:
     """Down from max_bytes by factor, so the largest size is always
     measured, then min_bytes itself."""
@@ -681,10 +673,10 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--quick", action="store_true", help="fewer sizes and iterations (about a minute)")
     parser.add_argument("--nprocs", default="2,4", type=lambda s: [int(v) for v in s.split(",")],
                         help="world sizes, comma-separated (default 2,4)")
-    parser.add_argument("--sizes", type=lambda s: [parse_bytes(v) for v in s.split(",")],
+    parser.add_argument("--sizes", type=lambda s: [_timing.parse_bytes(v) for v in s.split(",")],
                         help="message sizes, comma-separated, K/M/G suffixes allowed (overrides the range)")
-    parser.add_argument("--min-bytes", type=parse_bytes, default=8, help="smallest size (default 8)")
-    parser.add_argument("--max-bytes", type=parse_bytes,
+    parser.add_argument("--min-bytes", type=_timing.parse_bytes, default=8, help="smallest size (default 8)")
+    parser.add_argument("--max-bytes", type=_timing.parse_bytes,
                         help="largest size (default 256M, 64M with --quick); sizes step by 4 (16 with --quick)")
     parser.add_argument("--ops", default=",".join(OPS), type=lambda s: s.split(","),
                         help=f"operations, comma-separated (default {','.join(OPS)})")

@@ -1,8 +1,9 @@
 """What several test modules, and the ranks they start, share: each rank's
-random data and the NumPy references of the collectives, a collector of
-the failures of one rank's checks, host copies of torch tensors, a GPU
-delay, the install locations `python -m concord` reports, and ranks run as
-processes of a job served by the test.
+random data, the NumPy references of the collectives and the comparison
+of results with them, a collector of the failures of one rank's checks,
+host copies of torch tensors, a GPU delay, the install locations
+`python -m concord` reports, and ranks run as processes of a job served
+by the test.
 
 conftest.py puts this directory on sys.path (the suite imports test
 modules by path), so test modules import it by name; the fixtures
@@ -67,6 +68,31 @@ def wide_reference(arrays, op, dtype):
         return np.trunc(stack.astype(np.float64).sum(axis=0) / len(arrays)).astype(np.int64)
     wide = stack.astype(np.int64)
     return wide.prod(axis=0) if op == "prod" else wide.sum(axis=0)
+
+
+def reference_reduce(arrays, op):
+    """op over the NumPy arrays as concord defines it, in their dtype."""
+    dtype = arrays[0].dtype
+    return wide_reference(arrays, op, dtype.name).astype(dtype)
+
+
+def array_difference(result, expected, tolerance):
+    """What is wrong with the NumPy array `result` against `expected` (its
+    dtype, its shape, then its values: floats within tolerance[dtype name]
+    = (rtol, atol), others exactly), or None."""
+    if result.dtype != expected.dtype or result.shape != expected.shape:
+        return (f"result is {result.dtype}{list(result.shape)}, "
+                f"expected {expected.dtype}{list(expected.shape)}")
+    if expected.dtype.name in tolerance:
+        rtol, atol = tolerance[expected.dtype.name]
+        equal = np.isclose(result.astype(np.float64), expected.astype(np.float64), rtol, atol)
+    else:
+        equal = result == expected
+    if equal.all():
+        return None
+    first = np.unravel_index(np.argmin(equal), equal.shape)
+    return (f"{np.count_nonzero(~equal)} elements differ, first at {tuple(map(int, first))}: "
+            f"{result[first]!r} != {expected[first]!r}")
 
 
 class RankChecks:

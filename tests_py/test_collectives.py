@@ -16,7 +16,14 @@ import pytest
 
 import concord as cc
 from concord import arrays
-from helpers import RankChecks, ops_for, rank_data, report, wide_reference
+from helpers import (
+    RankChecks,
+    array_difference,
+    ops_for,
+    rank_data,
+    reference_reduce,
+    report,
+)
 
 DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
 LARGE = 1000003
@@ -24,29 +31,11 @@ SIZES = [0, 1, 7, 10007, LARGE]  # 10007 float32: past the one-shot path, within
 TOLERANCE = {"float16": (2e-3, 2e-3), "float32": (1e-5, 1e-6), "float64": (1e-12, 1e-12)}
 
 
-def reference_reduce(arrays, op):
-    """op over the arrays as concord defines it, in their dtype."""
-    dtype = arrays[0].dtype
-    return wide_reference(arrays, op, dtype.name).astype(dtype)
-
-
 def difference(result, expected):
     """What is wrong with result, or None."""
     if type(result) is not np.ndarray:
         return f"result is a {type(result).__name__}, expected a numpy.ndarray"
-    if result.dtype != expected.dtype or result.shape != expected.shape:
-        return (f"result is {result.dtype}{list(result.shape)}, "
-                f"expected {expected.dtype}{list(expected.shape)}")
-    if expected.dtype.kind == "f":
-        rtol, atol = TOLERANCE[expected.dtype.name]
-        equal = np.isclose(result.astype(np.float64), expected.astype(np.float64), rtol, atol)
-    else:
-        equal = result == expected
-    if equal.all():
-        return None
-    first = np.unravel_index(np.argmin(equal), equal.shape)
-    return (f"{np.count_nonzero(~equal)} elements differ, first at {tuple(map(int, first))}: "
-            f"{result[first]!r} != {expected[first]!r}")
+    return array_difference(result, expected, TOLERANCE)
 
 
 class Checks(RankChecks):

@@ -32,10 +32,25 @@ def _blocks():
                                id=f"{path.relative_to(ROOT).as_posix()}#{index}")
 
 
-# (file, the block's first line) -> how it runs: ("ranks", n), ("notebook",
-# {file: content}), ("shell", {file: content}, [what its output must hold]),
-# ("build_info",), ("demo",), or ("skip", why).
+# (file, the block's first line) -> how it runs: ("ranks", n, *blocks run
+# before it), ("notebook", {file: content}), ("shell", {file: content}, [what
+# its output must hold]), ("build_info",), ("demo",), or ("skip", why). A
+# file's content may be a tuple of parts: texts and "page#index" references
+# to other blocks, joined.
 _PRINT_ARGS = "import sys; print(sys.argv[1:])\n"
+# Runs the JAX page's train_step once on every rank's batch; the ranks'
+# parameters must come out identical.
+_JAX_STEP = """
+import numpy as np
+rng = np.random.default_rng(concord.rank())
+params = {"w1": jnp.ones((3, 4)) * 0.1, "b1": jnp.zeros(4), "w2": jnp.ones((4, 1)) * 0.1,
+          "b2": jnp.zeros(1)}
+batch = (jnp.asarray(rng.standard_normal((8, 3)), jnp.float32), jnp.ones((8, 1)))
+params = train_step(params, batch)
+flat = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(params)])
+assert np.array_equal(concord.broadcast(flat, 0), flat)
+print("trained")
+"""
 BLOCKS = {
     ("README.md", "make demo   # installs what is missing, builds, installs the package, "
                   "trains an MLP on 4 ranks"): ("demo",),
@@ -69,6 +84,16 @@ BLOCKS = {
         "def work(scale):\n"
         "    cc.init()\n"
         "    return float(cc.all_reduce(np.ones(1) * scale * cc.rank())[0])\n")}),
+    ("docs/jax.md", "import functools"): ("ranks", 2),
+    ("docs/jax.md", "import concord"): ("ranks", 2, "docs/jax.md#0"),
+    ("docs/jax.md", "concord-run -n 4 train.py"):
+        ("shell", {"train.py": ("docs/jax.md#0", "docs/jax.md#1", _JAX_STEP)},
+         [f"[{rank}] trained" for rank in range(4)]),
+    ("docs/jax.md", "import concord.jax as cj"): ("skip", "signatures"),
+    ("docs/python_api.md", "import concord.jax as cj"): ("skip", "signatures"),
+    ("docs/jax.md", "FAILED_PRECONDITION: concord.jax all_reduce: MismatchError: all_reduce #0: "
+                    "ranks disagree"): ("skip", "an error message as JAX prints it"),
+    ("docs/jax.md", '>>> concord.build_info()["jax"]'): ("build_info",),
     ("docs/python_api.md", 'cc.all_reduce(x, op="sum", *, comm=None, out=None, '
                            'async_op=False)'): ("skip", "signatures"),
     ("docs/python_api.md", 'mesh = cc.make_mesh((2, 2), ("data", "fsdp"))   # row-major over the '
@@ -77,6 +102,19 @@ BLOCKS = {
     ("docs/python_api.md", "sync = GradientSynchronizer(params, comm=None, bucket_cap_mb=25, "
                            "first_bucket_mb=1,"): ("skip", "signatures with placeholders"),
 }
+
+
+def _block(reference):
+    """The text of the block "page#index" (its index among the page's
+    fenced blocks)."""
+    page, _, index = reference.partition("#")
+    return list(_FENCE.finditer((ROOT / page).read_text()))[int(index)].group(2)
+
+
+def _joined(parts):
+    """A tuple of texts and block references as one text."""
+    return "\n".join(_block(part) if re.fullmatch(r"[\w/.]+\.md#\d+", part) else part
+                     for part in parts)
 
 
 def _key(path, text):
@@ -106,6 +144,7 @@ def _scratch(tmp_path, files):
     """A directory holding `files`, and an environment whose PATH finds
     this interpreter as `python` and concord-run for it."""
     for name, content in files.items():
+        content = _joined(content) if isinstance(content, tuple) else content
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(content)
     bin_dir = tmp_path / ".bin"
@@ -146,7 +185,7 @@ def test_docs_block_runs(tmp_path, path, text):
     kind = how[0]
     if kind == "ranks":
         script = tmp_path / "block.py"
-        script.write_text(text)
+        script.write_text(_joined((*how[2:], text)))
         _run([sys.executable, "-m", "concord.run", "-n", str(how[1]), str(script)])
     elif kind == "notebook":
         # Like a notebook's kernel, `python -c` has no main file (which
@@ -173,7 +212,7 @@ def _check_build_info(text):
     for chunk in text.split(">>> ")[1:]:
         expression, _, shown = chunk.partition("\n")
         documented.append((expression, ast.literal_eval(shown.strip())))
-    program = ("import json, concord as cc\n"
+    program = ("import json, concord, concord as cc\n"
                f"print(json.dumps([sorted(eval(e)) for e in {[e for e, _ in documented]!r}]))")
     # In a process of its own: build_info() initialises CUDA where there is one.
     keys = json.loads(_run([sys.executable, "-c", program]).stdout)

@@ -34,6 +34,7 @@ py_packages=(
   "nbformat:nbformat>=5.7"
   "ipykernel:ipykernel>=6"
   "matplotlib:matplotlib>=3.5"
+  "jax:jax>=0.5"
 )
 need=()
 for entry in "${py_packages[@]}"; do

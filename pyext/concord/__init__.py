@@ -2,7 +2,7 @@
 
 import json
 
-from . import _capi
+from . import _capi, _jax_build
 from ._capi import Work
 from .collectives import all_gather, all_reduce, barrier, broadcast, reduce_scatter
 from .errors import (
@@ -42,8 +42,12 @@ __version__ = _capi.version()
 
 
 def build_info():
-    """What this build supports: version, backends, CUDA, NCCL."""
-    return json.loads(_capi.build_info())
+    """What this build supports: version, backends, CUDA, NCCL, and
+    concord.jax's XLA FFI handlers ("jax": built, the jaxlib they were built
+    against, and why not when they were not)."""
+    info = json.loads(_capi.build_info())
+    info["jax"] = dict(_jax_build.INFO)
+    return info
 
 
 __all__ = [

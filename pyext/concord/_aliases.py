@@ -25,6 +25,7 @@ FUNCTIONS = {
     "shard_batch": "place_batch_on_shards",
     "shard_model_state": "place_model_state_on_shards",
     "all_reduce_gradients": "reduce_gradients_across_devices",
+    "reduce_gradient_tree": "reduce_gradients_across_devices",
 }
 
 # DataParallel: other names of its methods.

@@ -595,6 +595,18 @@ cdef class Store:
 
 # ---- communicators -------------------------------------------------------------
 
+# C code that calls the C ABI on a communicator this module owns (concord.jax's
+# XLA handlers) borrows its handle (Comm.address) and must let go before the
+# handle is destroyed: each listener is called with the handle's address
+# right before that, from close() or garbage collection.
+cdef list _close_listeners = []
+
+
+def add_close_listener(listener):
+    """Calls listener(address) before any communicator handle is destroyed."""
+    _close_listeners.append(listener)
+
+
 @cython.final
 cdef class Comm:
     """A communicator handle. rank, size and local_rank never change."""
@@ -674,6 +686,12 @@ cdef class Comm:
         return self.handle == NULL
 
     @property
+    def address(self):
+        """The C handle (a concord_comm_t) as an integer, for C code that
+        calls the C ABI on it; valid until the close listeners are told."""
+        return <intptr_t>self._checked()
+
+    @property
     def backend(self):
         cdef const char* name = NULL
         check_status(concord_comm_backend(self._checked(), &name))
@@ -708,6 +726,8 @@ cdef class Comm:
         cdef concord_comm_t handle = self.handle
         self.handle = NULL
         if handle != NULL and _owned_here(self.pid):
+            for listener in _close_listeners:
+                listener(<intptr_t>handle)
             with nogil:
                 concord_comm_destroy(handle)
 

@@ -15,7 +15,7 @@ from .arrays import empty, namespace
 from .errors import MismatchError
 
 __all__ = ["agree", "flatten_like", "fused_all_gather", "fused_all_reduce", "fused_broadcast",
-           "group_indices", "kind"]
+           "group_indices", "kind", "pack", "unpack"]
 
 
 def flatten_like(treespec, tree, what, like="params"):
@@ -79,7 +79,7 @@ def kind(array):
 
 # ---- fused collectives ----------------------------------------------------------
 
-def _pack(values):
+def pack(values):
     """The values, flattened, one after another in a new buffer, which the
     collectives may write (a concatenation of one array can be that array
     itself: JAX's is)."""
@@ -88,7 +88,7 @@ def _pack(values):
     return xp.concat(flat) if len(flat) > 1 else xp.asarray(flat[0], copy=True)
 
 
-def _unpack(buffer, values):
+def unpack(buffer, values):
     """Views of `buffer`'s last axis shaped as `values`, in order; the
     leading axes (the ranks of a gather) are kept in front."""
     xp = namespace(buffer)
@@ -110,7 +110,7 @@ def _fused(values, start):
         pending.append((indices, members, start(members)))
     results = list(values)
     for indices, members, work in pending:
-        for index, part in zip(indices, _unpack(work.wait(), members)):
+        for index, part in zip(indices, unpack(work.wait(), members)):
             results[index] = part
     return results
 
@@ -119,7 +119,7 @@ def fused_all_reduce(values, op, comm):
     """`values` reduced by `op` over `comm` into new arrays (the values are
     not written): one all-reduce per kind."""
     def start(members):
-        buffer = _pack(members)  # new: written in place whatever its library
+        buffer = pack(members)  # new: written in place whatever its library
         return comm._handle.all_reduce(buffer, buffer, op, True)
     return _fused(values, start)
 
@@ -130,7 +130,7 @@ def fused_broadcast(values, root, comm):
     def start(members):
         # Only the root's data travels; the others just need the room.
         if comm.rank == root:
-            buffer = _pack(members)
+            buffer = pack(members)
         else:
             buffer = empty(members[0], (sum(math.prod(m.shape) for m in members),))
         return comm._handle.broadcast(buffer, buffer, root, True)
@@ -141,4 +141,4 @@ def fused_all_gather(values, comm):
     """Every rank's values, each with a leading rank axis (ranks, *shape):
     one all-gather per kind."""
     return _fused(values, lambda members: collectives.all_gather(
-        _pack(members), tiled=False, comm=comm, async_op=True))
+        pack(members), tiled=False, comm=comm, async_op=True))

@@ -13,6 +13,8 @@ new array of its library, which is returned. The only JAX arrays concord
 writes are those it has just allocated itself, before returning them.
 """
 
+import operator
+
 import numpy as np
 from array_api_compat import array_namespace, device, is_jax_array
 
@@ -116,6 +118,38 @@ def normalise_axis(axis, ndim, what):
     if not -ndim <= axis < ndim:
         raise InvalidArgumentError(f"{what}: axis {axis} is out of range for {ndim} dimensions")
     return axis % ndim
+
+
+def gathered_shape(shape, size, axis, tiled):
+    """(axis, result shape) of gathering arrays of `shape` from `size`
+    ranks: concatenated along `axis` when tiled, else stacked along a new
+    `axis`; `axis` comes back normalised. InvalidArgumentError for an axis
+    out of range, or a 0-d array to concatenate."""
+    shape = tuple(shape)
+    if tiled:
+        if not shape:
+            raise InvalidArgumentError(
+                "all_gather: a 0-d x cannot be concatenated; use tiled=False to stack it")
+        axis = normalise_axis(operator.index(axis), len(shape), "all_gather")
+        return axis, shape[:axis] + (size * shape[axis],) + shape[axis + 1:]
+    axis = normalise_axis(operator.index(axis), len(shape) + 1, "all_gather")
+    return axis, shape[:axis] + (size,) + shape[axis:]
+
+
+def scattered_shape(shape, size, axis):
+    """(axis, result shape) of reduce-scattering an array of `shape` over
+    `size` ranks, split evenly along `axis` (normalised);
+    InvalidArgumentError for a 0-d array, an axis out of range or an extent
+    not divisible by `size`."""
+    shape = tuple(shape)
+    if not shape:
+        raise InvalidArgumentError("reduce_scatter: x must have at least one dimension")
+    axis = normalise_axis(operator.index(axis), len(shape), "reduce_scatter")
+    if shape[axis] % size:
+        raise InvalidArgumentError(
+            f"reduce_scatter: x.shape[{axis}] = {shape[axis]} is not divisible by the "
+            f"communicator size {size}")
+    return axis, shape[:axis] + (shape[axis] // size,) + shape[axis + 1:]
 
 
 def blocks_to_front(x, axis, parts):

@@ -9,8 +9,6 @@ arrays.py), whose results are always new arrays. With ``async_op=True`` a Work i
 any communication.
 """
 
-import operator
-
 from . import _world
 from ._capi import check_output
 from .arrays import (
@@ -21,9 +19,9 @@ from .arrays import (
     empty,
     empty_like,
     front_to_axis,
-    normalise_axis,
+    gathered_shape,
+    scattered_shape,
 )
-from .errors import InvalidArgumentError
 
 __all__ = ["all_gather", "all_reduce", "barrier", "broadcast", "reduce_scatter"]
 
@@ -53,15 +51,7 @@ def all_gather(x, *, axis=0, tiled=True, comm=None, out=None, async_op=False):
     x = as_array(x)
     shape = tuple(x.shape)
     size = handle.size
-    if tiled:
-        if not shape:
-            raise InvalidArgumentError(
-                "all_gather: a 0-d x cannot be concatenated; use tiled=False to stack it")
-        axis = normalise_axis(operator.index(axis), len(shape), "all_gather")
-        result_shape = shape[:axis] + (size * shape[axis],) + shape[axis + 1:]
-    else:
-        axis = normalise_axis(operator.index(axis), len(shape) + 1, "all_gather")
-        result_shape = shape[:axis] + (size,) + shape[axis:]
+    axis, result_shape = gathered_shape(shape, size, axis, tiled)
     if out is not None:
         check_out(out, x, result_shape)
     if axis == 0:
@@ -89,16 +79,8 @@ def reduce_scatter(x, op="sum", *, axis=0, comm=None, out=None, async_op=False):
     `op` over all ranks of block r."""
     handle = _handle(comm)
     x = as_array(x)
-    shape = tuple(x.shape)
     size = handle.size
-    if not shape:
-        raise InvalidArgumentError("reduce_scatter: x must have at least one dimension")
-    axis = normalise_axis(operator.index(axis), len(shape), "reduce_scatter")
-    if shape[axis] % size:
-        raise InvalidArgumentError(
-            f"reduce_scatter: x.shape[{axis}] = {shape[axis]} is not divisible by the "
-            f"communicator size {size}")
-    result_shape = shape[:axis] + (shape[axis] // size,) + shape[axis + 1:]
+    axis, result_shape = scattered_shape(x.shape, size, axis)
     if out is None:
         out = empty(x, result_shape)
     else:

@@ -14,6 +14,10 @@ Every rank runs the same program on its own copy of the data (SPMD), so
 optree; leaves are NumPy arrays or any DLPack array, and results come back
 in the leaves' own array types. Axis names resolve as in concord.mesh.axis_comm.
 
+Inside jax.jit, reduce_gradients_across_devices (and its other names) runs
+through concord.jax, in the compiled computation; spmd_train_step and
+data_parallel_train_step are whole data-parallel steps of JAX code.
+
 Reductions and gathers are fused: one collective per array kind (type,
 dtype, device) on a packed buffer, not one per leaf. Before one, the ranks
 compare a fingerprint of the pytree (structure, leaf shapes and dtypes), so
@@ -29,6 +33,7 @@ from array_api_compat import device as array_device
 
 from . import _aliases, _world, collectives
 from ._pytree import agree, fused_all_gather, fused_all_reduce, fused_broadcast, group_indices
+from ._traced import traced
 from .arrays import as_array, front_to_axis, namespace
 from .errors import InvalidArgumentError
 from .mesh import (
@@ -48,6 +53,7 @@ __all__ = [
     "GradientSynchronizer",
     "ShardedArray",
     "create_data_parallel_sharding",
+    "data_parallel_train_step",
     "gather_array_with_mean_grads",
     "gather_params",
     "place_batch_on_shards",
@@ -55,6 +61,7 @@ __all__ = [
     "reduce_gradients_across_devices",
     "replicate_params",
     "shard_params",
+    "spmd_train_step",
     "sync_gradients",
     "train_step",
 ]
@@ -417,15 +424,51 @@ def _reduce_type(reduce_type):
 def reduce_gradients_across_devices(grads, reduce_type="mean", axis_name=None, *, mesh=None):
     """Every leaf reduced ("mean" or "sum", any case) over `axis_name`
     (None: the whole mesh, or the world with no mesh): one fused all-reduce
-    per array kind. ShardedArray leaves are reduced block by block like any
-    array; sync_gradients is the sharding-aware reduction."""
+    per array kind; inside jax.jit, per dtype, in the compiled computation.
+    ShardedArray leaves are reduced block by block like any array;
+    sync_gradients is the sharding-aware reduction."""
     op = _reduce_type(reduce_type)
     comm = axis_comm(axis_name, mesh)
     leaves, treespec = optree.tree_flatten(grads)
     _check_same_tree("reduce_gradients_across_devices", treespec, leaves, comm)
+    if traced(leaves):  # inside jax.jit: reduced in the computation, by concord.jax
+        from .jax import _trees
+        return optree.tree_unflatten(treespec, _trees.reduce_leaves(leaves, [op] * len(leaves),
+                                                                    comm))
     reduced = fused_all_reduce([_value(leaf) for leaf in leaves], op, comm)
     return optree.tree_unflatten(treespec, [_rewrap(leaf, value)
                                             for leaf, value in zip(leaves, reduced)])
+
+
+# ---- compiled training steps of JAX code ------------------------------------------
+
+def spmd_train_step(params, optimizer, loss_fn, batch, opt_state, *, axis_name=None, mesh=None):
+    """One data-parallel step of JAX code, to call inside your own jax.jit:
+    the loss and gradients of loss_fn(params, batch) on this rank's batch,
+    both averaged over the ranks of `axis_name` by one concord all-reduce
+    inside the same computation, then `optimizer`'s update (optax's
+    protocol). Returns (mean loss, params, opt_state). The seeds' form
+    takes a flax nnx model and optimizer, which update in place; without
+    flax the state goes in and out explicitly."""
+    from .jax import _training
+    return _training.spmd_train_step(params, optimizer, loss_fn, batch, opt_state,
+                                     axis_comm(axis_name, mesh))
+
+
+def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *, axis_name="batch",
+                             mesh=None):
+    """datarax's training step, compiled with jax.jit (once per loss_fn,
+    optimizer, communicator and shapes). `state` has .params, .opt_state,
+    .step, optionally .model_state, and .replace() (a flax TrainState, say);
+    loss_fn(variables, batch, rngs=rngs) gets {"params": params,
+    **state.model_state}; `optimizer` follows optax's protocol. The mean of
+    the gradients over `axis_name` (the seeds' "batch": the world when no
+    mesh is active) is a concord all-reduce inside the computation. Returns
+    (the state with step + 1, {"loss": the mean loss over the ranks})."""
+    from .jax import _training
+    return _training.data_parallel_train_step(state, batch, rngs, loss_fn=loss_fn,
+                                              optimizer=optimizer,
+                                              comm=axis_comm(axis_name, mesh))
 
 
 # ---- the artifex-style class ----------------------------------------------------

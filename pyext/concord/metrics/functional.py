@@ -20,6 +20,9 @@ each leaf's own type and on its device: NumPy arrays as NumPy, torch
 tensors as torch (CUDA ones on their GPU), NumPy scalars as NumPy scalars,
 Python scalars as Python scalars.
 
+Inside jax.jit (JAX tracers among the leaves) the reductions and gathers
+run through concord.jax, in the compiled computation, and return JAX arrays.
+
 Dtype rules: integer arrays reduce in their dtype ("mean" is the exact mean
 truncated toward zero, as integer division); Python ints and bools averaged
 come back as floats; bools summed come back as ints (counts).
@@ -36,6 +39,7 @@ from array_api_compat import is_jax_array, is_torch_array
 
 from .._host import device_key, to_host
 from .._pytree import agree, fused_all_gather, group_indices
+from .._traced import traced
 from ..arrays import namespace
 from ..mesh import axis_comm
 
@@ -159,7 +163,11 @@ def _reduce(what, treedef, leaves, ops, axis_name):
     """The leaves reduced by their ops (None: passed through), one
     all_reduce_multi per op and device (host leaves in one, GPU leaves in
     another), all in flight together, once the ranks agreed on what they
-    reduce."""
+    reduce. Inside jax.jit (JAX tracers among the leaves) concord.jax
+    reduces them in the computation."""
+    if traced(leaves):
+        from ..jax import _trees
+        return _trees.reduce_metric_leaves(leaves, ops, axis_comm(axis_name))
     buffers = [None if op is None else _copy(leaf, op) for leaf, op in zip(leaves, ops)]
     comm = axis_comm(axis_name)
     _agree(what, comm, treedef, [f"{op}:{'-' if buffer is None else _describe(buffer)}"
@@ -224,7 +232,11 @@ def _gather_leaves(what, treedef, leaves, axis_name):
     """Every leaf of every rank as an array (ranks, *shape): NumPy for host
     copies, the leaf's own namespace on its device otherwise; one
     all-gather per kind of array, the leaves packed into one buffer, once
-    the ranks agreed on what they gather."""
+    the ranks agreed on what they gather (inside jax.jit, through
+    concord.jax)."""
+    if traced(leaves):
+        from ..jax import _trees
+        return _trees.gather_leaves(leaves, axis_comm(axis_name))
     copies = [_copy(leaf) for leaf in leaves]
     comm = axis_comm(axis_name)
     _agree(what, comm, treedef, [_describe(copy) for copy in copies])
