@@ -88,12 +88,12 @@ def _check(tensors, what):
 
 def _check_like(tensors, template, numel, what, role):
     """Checks every tensor of `tensors` (`role` in messages) has
-    `template`'s dtype and `numel` elements."""
+    `template`'s dtype and `numel` elements (any number when None)."""
     for t in tensors:
         if t.dtype != template.dtype:
             raise ValueError(f"concord: {what}: {role} has dtype {t.dtype}, "
                              f"expected {template.dtype}")
-        if t.numel() != numel:
+        if numel is not None and t.numel() != numel:
             raise ValueError(f"concord: {what}: {role} has {t.numel()} elements, "
                              f"expected {numel}")
 
@@ -175,11 +175,8 @@ class ConcordBackend(torch._C._distributed_c10d.Backend):
         if not tensors:
             raise ValueError("concord: all_reduce_coalesced takes at least one tensor")
         device = _check(tensors, "all_reduce_coalesced")
-        ops = {_op(opts, "all_reduce_coalesced", t.dtype) for t in tensors}
-        if len(ops) > 1:  # booleans reduce with another op than numbers
-            raise ValueError("concord: all_reduce_coalesced with ReduceOp."
-                             f"{opts.reduceOp.op.name} takes bool tensors or others, not both")
-        (op,) = ops
+        _check_like(tensors, tensors[0], None, "all_reduce_coalesced", "a tensor")
+        op = _op(opts, "all_reduce_coalesced", tensors[0].dtype)
         return self._issue(device, tensors, lambda async_op: self._comm.all_reduce_multi(
             tensors, op, async_op))
 
