@@ -7,15 +7,15 @@ The same torch script, the backend passed to init_process_group being the
 only difference, run as a concord-run job per backend and world size
 (env:// works there once concord.torch is imported, for either backend).
 The model has ResNet-50's 161 float32 parameter tensors (25.6M values,
-102 MB; the shapes of grad_sync.py), in two forms:
+102 MB), as grad_sync.py's two modules:
 
-- communication-bound: the forward is (rank + 1) * sum(p.sum()), so
-  backward produces every gradient with almost no compute and DDP's
-  bucketed all-reduce is most of the step;
-- with compute: the simulated backward of grad_sync.py, a custom autograd
-  function per parameter doing `--work` elementwise passes over a tensor of
-  its size, chained so that gradients come in reverse order and DDP's
-  hooks start each bucket's all-reduce while the rest of backward runs.
+- "no compute" (communication-bound): the loss is (rank + 1) *
+  sum(p.sum()), so backward produces every gradient with almost no compute
+  and DDP's bucketed all-reduce is most of the step;
+- "simulated backward": a custom autograd function per parameter doing
+  `--work` elementwise passes over a tensor of its size, chained so that
+  gradients come in reverse order and DDP's hooks start each bucket's
+  all-reduce while the rest of backward runs.
 
 A step is zero_grad, forward, backward and an SGD step, with DDP as made
 by default (25 MB buckets, the first 1 MB; gradients copied into the
@@ -34,7 +34,6 @@ oversubscribe the cores.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -44,80 +43,42 @@ import numpy as np
 
 import _timing
 from _timing import Budget
-from grad_sync import NUMEL, SHAPES, backward_work
+from grad_sync import (COLLECTIVE_TIMEOUT_S, NUMEL, SHAPES, ddp_models, parse_args, ratio,
+                       run_job, torch_max_over_ranks)
 
 BACKENDS = ("concord", "gloo")
 TARGET_STEP = 2.0
-DEFAULT_WORK = 6
-COLLECTIVE_TIMEOUT_S = 300
 FULL = Budget(seconds=4.0, min_iters=5, max_iters=60, max_warmup=3)
 QUICK = Budget(seconds=1.5, min_iters=3, max_iters=20, max_warmup=2)
-MODELS = ("communication-bound", "with compute")
+# grad_sync.ddp_models' modules; the first is the communication-bound one.
+MODELS = ("no compute", "simulated backward")
 DDP_OPTIONS = {"default": {}, "bucket views": {"gradient_as_bucket_view": True}}
 
 
 # ---------------------------------------------------------------- workers
 
 
-def build_models(torch, rank: int, work: int) -> dict:
-    """The two models of the header, by name."""
-
-    class Shapes(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weights = torch.nn.ParameterList(
-                torch.nn.Parameter(torch.zeros(shape)) for shape in SHAPES)
-
-        def forward(self):
-            return (rank + 1) * sum(p.sum() for p in self.weights)
-
-    class LayerWork(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, carry, parameter):
-            ctx.shape = parameter.shape
-            return carry + 0.0
-
-        @staticmethod
-        def backward(ctx, grad_carry):
-            scratch = torch.zeros(ctx.shape)
-            backward_work(torch, scratch, work)
-            return grad_carry, scratch
-
-    class Chain(Shapes):
-        def forward(self):
-            carry = torch.zeros((), requires_grad=True)
-            for p in self.weights:
-                carry = LayerWork.apply(carry, p)
-            return carry
-
-    return {"communication-bound": Shapes(), "with compute": Chain()}
-
-
-def worker(plan: dict) -> dict:
+def worker(backend: str, plan: dict) -> dict:
     import torch
     import torch.distributed as dist
 
     import concord.torch  # noqa: F401  (the backend, and env:// under concord-run)
 
     torch.set_num_threads(1)
-    dist.init_process_group(plan["backend"], timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     rank, size = dist.get_rank(), dist.get_world_size()
     budget = Budget(**plan["budget"])
 
-    def max_over_ranks(values):
-        tensor = torch.from_numpy(values)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return values
-
-    results = {"rank": rank, "backend": plan["backend"], "runs": {}}
+    max_over_ranks = torch_max_over_ranks(torch, dist)
+    results = {"rank": rank, "backend": backend, "runs": {}}
     for config, options in DDP_OPTIONS.items():
-        for name, module in build_models(torch, rank, plan["work"]).items():
+        for name, module in ddp_models(torch, plan["work"]).items():
             model = torch.nn.parallel.DistributedDataParallel(module, **options)
             optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
 
             def step():
                 optimizer.zero_grad(set_to_none=False)
-                model().backward()
+                (model() * (rank + 1)).backward()
                 optimizer.step()
 
             def step_no_sync():
@@ -128,7 +89,7 @@ def worker(plan: dict) -> dict:
             for label, fn in (("step", step), ("no_sync", step_no_sync)):
                 times[label] = float(np.median(_timing.measure(fn, budget, dist.barrier,
                                                                max_over_ranks)))
-            if name == "communication-bound":
+            if name == MODELS[0]:
                 step()
                 expected = (size + 1) / 2
                 correct = all(bool((p.grad == expected).all()) for p in module.parameters())
@@ -140,34 +101,14 @@ def worker(plan: dict) -> dict:
     return results
 
 
-def run_worker(plan_path: str, out_path: str) -> int:
-    result = worker(_timing.read_json(plan_path))
+def run_worker(backend: str, plan_path: str, out_path: str) -> int:
+    result = worker(backend, _timing.read_json(plan_path))
     if result["rank"] == 0:
         _timing.write_json(out_path, result)
     return 0
 
 
 # ----------------------------------------------------------------- parent
-
-
-def run_job(backend: str, n: int, budget: Budget, workdir: str,
-            work: int) -> tuple[dict, str | None]:
-    plan_path = os.path.join(workdir, f"plan-{backend}-{n}.json")
-    out_path = os.path.join(workdir, f"result-{backend}-{n}.json")
-    _timing.write_json(plan_path, {"backend": backend, "budget": budget.__dict__, "work": work})
-    command = [sys.executable, "-m", "concord.run", "-n", str(n), os.path.abspath(__file__),
-               "--worker", "--plan", plan_path, "--out", out_path]
-    print(f"bench: DDP on {backend}, {n} ranks ...", file=sys.stderr, flush=True)
-    outcome = _timing.run_job(command, dict(os.environ), 1200)
-    results = _timing.read_json(out_path) or {}
-    failure = outcome.failure() or (None if results else "wrote no results")
-    print(f"bench: DDP on {backend}, {n} ranks: {outcome.seconds:.0f} s"
-          + (f", FAILED: {failure}" if failure else ""), file=sys.stderr, flush=True)
-    return results, failure
-
-
-def ratio(theirs: float | None, ours: float | None) -> str:
-    return "-" if theirs is None or ours is None else f"{theirs / ours:.2f}"
 
 
 def table(by_backend: dict) -> tuple[list[list[str]], dict]:
@@ -204,7 +145,8 @@ def run_parent(args) -> int:
         for n in args.nprocs:
             by_backend = {}
             for backend in BACKENDS:
-                by_backend[backend], failure = run_job(backend, n, budget, workdir, args.work)
+                by_backend[backend], failure = run_job(backend, n, budget, workdir, args.work,
+                                                       __file__)
                 if failure:
                     failed = True
                     print(f"  note: {backend} on {n} ranks: {failure}")
@@ -219,30 +161,16 @@ def run_parent(args) -> int:
                     print(f"  target, {config}: not measured")
                     continue
                 verdict = "PASS" if targets[config] >= TARGET_STEP else "FAIL"
-                print(f"  target, communication-bound step vs gloo, DDP {config}: "
+                print(f"  target, {MODELS[0]} step vs gloo, DDP {config}: "
                       f"{targets[config]:.2f}x (target >= {TARGET_STEP}x) {verdict}")
     print(f"\nexposed: step - no_sync step. Load average at the end {os.getloadavg()[0]:.2f}.")
     return 1 if failed else 0
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nprocs", default="2,4", type=lambda s: [int(v) for v in s.split(",")],
-                        help="world sizes, comma-separated (default 2,4)")
-    parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    parser.add_argument("--work", type=int, default=DEFAULT_WORK,
-                        help=f"elementwise passes per gradient element in the simulated backward "
-                             f"(default {DEFAULT_WORK})")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--plan", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
-
-
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, __doc__, BACKENDS)
     if args.worker:
-        return run_worker(args.plan, args.out)
+        return run_worker(args.worker, args.plan, args.out)
     return run_parent(args)
 
 
