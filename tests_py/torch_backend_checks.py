@@ -287,17 +287,20 @@ DDP_HOOK_TOLERANCE = {"rtol": 1e-2, "atol": 5e-3}
 
 class Net(torch.nn.Module):
     """An MLP of odd sizes with a batch norm (buffers DDP broadcasts) and a
-    last layer that the "unused parameters" variant skips every other step."""
+    last layer that the "unused parameters" variant skips every other step.
+    fc2's weight is larger than the backend's EAGER_BYTES, the others
+    smaller: buckets take both of its paths."""
 
     def __init__(self):
         super().__init__()
         self.fc1 = torch.nn.Linear(13, 31)
         self.bn = torch.nn.BatchNorm1d(31)
-        self.fc2 = torch.nn.Linear(31, 7)
+        self.fc2 = torch.nn.Linear(31, 601)
+        self.fc3 = torch.nn.Linear(601, 7)
         self.last = torch.nn.Linear(7, 7)
 
     def forward(self, x, use_last=True):
-        y = self.fc2(torch.relu(self.bn(self.fc1(x))))
+        y = self.fc3(torch.relu(self.fc2(torch.relu(self.bn(self.fc1(x))))))
         return self.last(y) if use_last else y
 
 
@@ -434,20 +437,22 @@ def errors(checks):
                              torch.empty(2, dtype=torch.int16, device=device),
                              torch.ones(2 * size, dtype=torch.int16, device=device)))
 
-    disagreeing = torch.ones(3 + rank, device=device)
-    checks.expect_raises("ranks that disagree", dist.DistBackendError, ["ranks disagree"],
-                         lambda: dist.all_reduce(disagreeing))
-    work = dist.all_reduce(disagreeing, async_op=True)
-    checks.expect_raises("ranks that disagree, async: wait()", dist.DistBackendError,
-                         ["ranks disagree"], work.wait)
-    checks.expect_raises("ranks that disagree, async: the future", RuntimeError,
-                         ["ranks disagree"], work.get_future().wait)
-    try:
-        work.wait()
-    except dist.DistBackendError as exc:
-        checks.expect_true("the DistBackendError is not caused by concord's MismatchError",
-                           isinstance(exc.__cause__, concord.MismatchError))
-    checks.all_reduce("float32", (7,))
+    for numel in (3, 30011):  # in the call, and on the group's thread (EAGER_BYTES)
+        disagreeing = torch.ones(numel + rank, device=device)
+        label = f"ranks that disagree on {numel} or {numel + 1} elements"
+        checks.expect_raises(label, dist.DistBackendError, ["ranks disagree"],
+                             lambda: dist.all_reduce(disagreeing))
+        work = dist.all_reduce(disagreeing, async_op=True)
+        checks.expect_raises(f"{label}, async: wait()", dist.DistBackendError,
+                             ["ranks disagree"], work.wait)
+        checks.expect_raises(f"{label}, async: the future", RuntimeError,
+                             ["ranks disagree"], work.get_future().wait)
+        try:
+            work.wait()
+        except dist.DistBackendError as exc:
+            checks.expect_true(f"{label}: the error is not caused by concord's MismatchError",
+                               isinstance(exc.__cause__, concord.MismatchError))
+        checks.all_reduce("float32", (7,))
 
 
 def ddp_against_gloo(checks):

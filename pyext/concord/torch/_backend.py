@@ -11,7 +11,8 @@ any communication.
 import torch
 import torch.distributed as dist
 
-from ._errors import translated
+from ..errors import ConcordError, InvalidArgumentError
+from ._errors import backend_error, translated
 from ._group import GroupComm
 from ._work import Completions, Work
 
@@ -48,6 +49,10 @@ _UNSUPPORTED = {
     "reduce_scatter_single_coalesced": "reduce_scatter_tensor in a coalescing manager",
     "allreduce_sparse": "all_reduce of sparse tensors",
 }
+# Host collectives moving at most this many bytes per rank run in the call
+# (see ConcordBackend._issue).
+EAGER_BYTES = 64 << 10
+
 SUPPORTED = ("all_reduce (SUM, AVG, MAX, MIN, PRODUCT), all_reduce_coalesced, broadcast, "
              "all_gather, all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, "
              "barrier, reduce, gather, scatter")
@@ -111,6 +116,12 @@ def _flat(t):
     return flat if t.dtype in _CONCORD_DTYPES else flat.view(torch.uint8)
 
 
+def _nbytes(tensors):
+    """Bytes in a (nested) list of tensors."""
+    return sum(_nbytes(t) if isinstance(t, list) else t.numel() * t.element_size()
+               for t in tensors)
+
+
 def _unsupported(method, calls):
     def raise_unsupported(self, *args):
         raise NotImplementedError(f"concord: the backend does not support {calls} "
@@ -144,17 +155,27 @@ class ConcordBackend(torch._C._distributed_c10d.Backend):
     def _issue(self, device, result, start, finish=None):
         """Starts a collective and returns torch's Work giving `result`.
         start(async_op) calls concord (returning its Work when async_op);
-        finish() runs once the data arrived. On the host the collective
-        runs asynchronously, completed in order by the group's thread; on
-        CUDA concord enqueues it on the current stream and returns, so the
-        Work is complete at once, ordered on that stream as NCCL's are."""
-        if device.type == "cuda":
-            with translated():
+        finish() runs once the data arrived.
+
+        On CUDA concord enqueues the collective on the current stream and
+        returns: the Work is complete at once, ordered on that stream as
+        NCCL's are. On the host, collectives of at most EAGER_BYTES (and
+        barriers) run before the call returns: they take microseconds,
+        less than handing them to a thread, which costs well over a
+        hundred on a busy host. Larger ones run asynchronously, completed
+        in issue order by the group's thread."""
+        if device.type == "cuda" or _nbytes(result) <= EAGER_BYTES:
+            work = Work(result, [device] if device.type == "cuda" else ())
+            try:
                 start(False)
-            if finish is not None:
-                finish()
-            work = Work(result, [device])
-            work.complete()
+                if finish is not None:
+                    finish()
+            except InvalidArgumentError as error:
+                raise backend_error(error) from error
+            except ConcordError as error:  # in communication: the Work reports it, as if async
+                work.complete(backend_error(error))
+            else:
+                work.complete()
             return work
         work = Work(result)
         with translated():
