@@ -77,6 +77,8 @@ def _check(tensors, what):
     """The device all of `tensors` are on, after checking concord can read
     and write each in place."""
     device = tensors[0].device
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"concord: {what} takes CPU or CUDA tensors, got {device}")
     for t in tensors:
         if t.layout != torch.strided:
             raise ValueError(f"concord: {what} takes dense tensors, got a {t.layout} tensor")
@@ -86,8 +88,6 @@ def _check(tensors, what):
         if t.device != device:
             raise ValueError(f"concord: {what} takes tensors on one device, got {device} "
                              f"and {t.device}")
-        if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"concord: {what} takes CPU or CUDA tensors, got {device}")
     return device
 
 
