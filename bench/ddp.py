@@ -72,6 +72,7 @@ def interleaved(fns: list, budget: Budget, barrier, max_over_ranks) -> list[floa
     for fn in fns:  # the first calls set DDP's buckets up
         fn()
         fn()
+
     def one_round() -> np.ndarray:
         times = np.empty(len(fns))
         for j, fn in enumerate(fns):
