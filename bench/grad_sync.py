@@ -113,6 +113,54 @@ def overlap_runs(torch, work: int, handlers: dict) -> dict:
     return {name: (lambda h=h, f=f: step(h, f)) for name, (h, f) in handlers.items()}, grads
 
 
+def ddp_models(torch, work: int) -> dict:
+    """ResNet-50's parameters as torch modules for DDP: "no compute", whose
+    forward is sum(p.sum()) (backward produces every gradient with almost no
+    compute), and "simulated backward", one custom autograd function per
+    parameter doing backward_work, chained so that backward produces the
+    gradients in reverse order and DDP's hooks fire as each is ready."""
+
+    class Shapes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weights = torch.nn.ParameterList(
+                torch.nn.Parameter(torch.zeros(shape)) for shape in SHAPES)
+
+        def forward(self):
+            return sum(p.sum() for p in self.weights)
+
+    class LayerWork(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, carry, parameter):
+            ctx.shape = parameter.shape
+            return carry + 0.0
+
+        @staticmethod
+        def backward(ctx, grad_carry):
+            scratch = torch.zeros(ctx.shape)
+            backward_work(torch, scratch, work)
+            return grad_carry, scratch
+
+    class Chain(Shapes):
+        def forward(self):
+            carry = torch.zeros((), requires_grad=True)
+            for p in self.weights:
+                carry = LayerWork.apply(carry, p)
+            return carry
+
+    return {"no compute": Shapes(), "simulated backward": Chain()}
+
+
+def torch_max_over_ranks(torch, dist):
+    """_timing's MaxOverRanks through torch.distributed's default group."""
+
+    def max_over_ranks(values):
+        dist.all_reduce(torch.from_numpy(values), op=dist.ReduceOp.MAX)
+        return values
+
+    return max_over_ranks
+
+
 # ---------------------------------------------------------------- workers
 
 
@@ -186,16 +234,7 @@ def ddp_worker(plan: dict) -> dict:
                             timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     budget = Budget(**plan["budget"])
 
-    class Shapes(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weights = torch.nn.ParameterList(
-                torch.nn.Parameter(torch.zeros(shape)) for shape in SHAPES)
-
-        def forward(self):
-            return sum(p.sum() for p in self.weights)
-
-    model = DistributedDataParallel(Shapes(), bucket_cap_mb=TARGET_MB)
+    model = DistributedDataParallel(ddp_models(torch, 0)["no compute"], bucket_cap_mb=TARGET_MB)
 
     def step():
         model.zero_grad(set_to_none=False)
@@ -205,11 +244,7 @@ def ddp_worker(plan: dict) -> dict:
         with model.no_sync():
             step()
 
-    def max_over_ranks(values):
-        tensor = torch.from_numpy(values)
-        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-        return values
-
+    max_over_ranks = torch_max_over_ranks(torch, dist)
     results = []
     for name, fn in (("DDP forward+backward", step), ("no_sync forward+backward", step_no_sync)):
         times = _timing.measure(fn, budget, dist.barrier, max_over_ranks)
@@ -223,35 +258,9 @@ def ddp_worker(plan: dict) -> dict:
 
 def ddp_overlap(torch, DistributedDataParallel, work: int, budget: Budget, barrier,
                 max_over_ranks) -> list:
-    """The simulated backward under DDP: one custom autograd function per
-    parameter doing the same work, chained so that backward produces the
-    gradients in reverse order and DDP's hooks fire as each is ready."""
-
-    class Work(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, carry, parameter):
-            ctx.shape = parameter.shape
-            return carry + 0.0
-
-        @staticmethod
-        def backward(ctx, grad_carry):
-            scratch = torch.zeros(ctx.shape)
-            backward_work(torch, scratch, work)
-            return grad_carry, scratch
-
-    class Chain(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weights = torch.nn.ParameterList(
-                torch.nn.Parameter(torch.zeros(shape)) for shape in SHAPES)
-
-        def forward(self):
-            carry = torch.zeros((), requires_grad=True)
-            for p in self.weights:
-                carry = Work.apply(carry, p)
-            return carry
-
-    model = DistributedDataParallel(Chain(), bucket_cap_mb=TARGET_MB)
+    """The simulated backward under DDP (ddp_models)."""
+    model = DistributedDataParallel(ddp_models(torch, work)["simulated backward"],
+                                    bucket_cap_mb=TARGET_MB)
 
     def step():
         model.zero_grad(set_to_none=False)
@@ -281,12 +290,16 @@ def run_worker(kind: str, plan_path: str, out_path: str) -> int:
 # ----------------------------------------------------------------- parent
 
 
-def run_job(kind: str, n: int, budget: Budget, workdir: str, work: int) -> tuple[dict, str | None]:
+def run_job(kind: str, n: int, budget: Budget, workdir: str, work: int,
+            script: str = __file__) -> tuple[dict, str | None]:
+    """Runs `script` (this one, or another bench script sharing its
+    arguments) as `n` ranks of worker `kind` under concord-run; returns rank
+    0's results and why the job failed, if it did."""
     plan_path = os.path.join(workdir, f"plan-{kind}-{n}.json")
     out_path = os.path.join(workdir, f"result-{kind}-{n}.json")
     _timing.write_json(plan_path, {"budget": budget.__dict__, "torch_port": _timing.free_port(),
                                    "work": work})
-    command = [sys.executable, "-m", "concord.run", "-n", str(n), os.path.abspath(__file__),
+    command = [sys.executable, "-m", "concord.run", "-n", str(n), os.path.abspath(script),
                "--worker", kind, "--plan", plan_path, "--out", out_path]
     print(f"bench: {kind} on {n} ranks ...", file=sys.stderr, flush=True)
     outcome = _timing.run_job(command, dict(os.environ), 1200)
@@ -405,15 +418,17 @@ def run_parent(args) -> int:
     return 1 if failed else 0
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv, doc: str = __doc__, workers=tuple(WORKERS)):
+    """The arguments of this script, or of another bench script (`doc`,
+    `workers`) that runs its jobs with run_job."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--nprocs", default="2,4", type=lambda s: [int(v) for v in s.split(",")],
                         help="world sizes, comma-separated (default 2,4)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations")
     parser.add_argument("--work", type=int, default=DEFAULT_WORK,
                         help=f"elementwise passes per gradient element in the simulated backward "
                              f"(default {DEFAULT_WORK})")
-    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=sorted(workers), help=argparse.SUPPRESS)
     parser.add_argument("--plan", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     return parser.parse_args(argv)

@@ -51,6 +51,8 @@ flat = np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(params)])
 assert np.array_equal(concord.broadcast(flat, 0), flat)
 print("trained")
 """
+# One write per rank: the ranks under torchrun share one pipe.
+_TORCH_DONE = 'import sys; sys.stdout.write(f"trained {rank}\\n")\n'
 BLOCKS = {
     ("README.md", "make demo   # installs what is missing, builds, installs the package, "
                   "trains an MLP on 4 ranks"): ("demo",),
@@ -94,6 +96,13 @@ BLOCKS = {
     ("docs/jax.md", "FAILED_PRECONDITION: concord.jax all_reduce: MismatchError: all_reduce #0: "
                     "ranks disagree"): ("skip", "an error message as JAX prints it"),
     ("docs/jax.md", '>>> concord.build_info()["jax"]'): ("build_info",),
+    ("docs/pytorch.md", "import torch"): ("ranks", 2),
+    ("docs/pytorch.md", "torchrun --standalone --nproc-per-node 4 train.py"):
+        ("shell", {"train.py": ("docs/pytorch.md#0", _TORCH_DONE)},
+         [f"trained {rank}" for rank in range(4)]),
+    ("docs/pytorch.md", "concord-run -n 4 train.py"):
+        ("shell", {"train.py": ("docs/pytorch.md#0", _TORCH_DONE)},
+         [f"[{rank}] trained {rank}" for rank in range(4)]),
     ("docs/python_api.md", 'cc.all_reduce(x, op="sum", *, comm=None, out=None, '
                            'async_op=False)'): ("skip", "signatures"),
     ("docs/python_api.md", 'mesh = cc.make_mesh((2, 2), ("data", "fsdp"))   # row-major over the '

@@ -34,7 +34,10 @@ py_packages=(
   "nbformat:nbformat>=5.7"
   "ipykernel:ipykernel>=6"
   "matplotlib:matplotlib>=3.5"
+  # concord.jax's handlers build against jaxlib's FFI headers; the JAX and
+  # PyTorch integrations' tests run on the CPU.
   "jax:jax>=0.5"
+  "torch:torch>=2.3"
 )
 need=()
 for entry in "${py_packages[@]}"; do

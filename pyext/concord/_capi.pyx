@@ -811,12 +811,16 @@ cdef class Comm:
         check_status(status)
         return Work._wrap(work, self, (tensors,), arrays, None) if async_op else arrays
 
-    def barrier(self):
+    def barrier(self, bint async_op=False):
+        """Returns once every rank reached it; a Work (giving None) when async_op."""
         cdef concord_comm_t handle = self._checked()
+        cdef concord_work_t work = NULL
+        cdef concord_work_t* work_p = &work if async_op else NULL
         cdef concord_status status
         with nogil:
-            status = concord_comm_barrier(handle, NULL)
+            status = concord_comm_barrier(handle, work_p)
         check_status(status)
+        return Work._wrap(work, self, (), None, None) if async_op else None
 
 
 @cython.final
