@@ -584,3 +584,43 @@ TEST_CASE("store: connections that never show the token are dropped, and cannot 
   client.set("k2", "v2");
   CHECK(client.get("k2", Seconds(1)) == "v2");
 }
+
+TEST_CASE("store: 256 ranks meeting at once each read every other rank's record", "[store]") {
+  // What every rank's init does: count its generation, publish a record,
+  // read every other rank's, count itself in; the last one in opens a key
+  // all wait for.
+  StoreServer server("127.0.0.1", 0, kToken);
+  constexpr int kRanks = 256;
+  std::mt19937 rng(std::random_device{}());
+  std::vector<std::string> records(kRanks);
+  for (auto& record : records) record = random_bytes(rng, 1 + rng() % 200);
+  std::vector<std::vector<std::string>> seen(kRanks);
+  std::vector<std::int64_t> generation(kRanks), counted_after(kRanks);
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r, port = server.port()] {
+      try {
+        StoreClient client("127.0.0.1", port, kToken, Seconds(60));
+        generation[r] = client.add("world/generation/" + std::to_string(r), 1);
+        client.set("world#1/host/" + std::to_string(r), records[r]);
+        for (int q = 0; q < kRanks; ++q)
+          seen[r].push_back(q == r ? records[r]
+                                   : client.get("world#1/host/" + std::to_string(q), Seconds(60)));
+        if (client.add("world#1/counted", 1) == kRanks) client.set("world#1/all_counted", "1");
+        client.wait({"world#1/all_counted"}, Seconds(60));
+        counted_after[r] = client.add("world#1/counted", 0);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r].empty());
+    CHECK(generation[r] == 1);
+    CHECK(seen[r] == records);
+    CHECK(counted_after[r] == kRanks);
+  }
+}

@@ -1,13 +1,19 @@
-// StoreServer: one thread, one poll() loop, non-blocking sockets.
+// StoreServer: one thread, one epoll loop, non-blocking sockets.
 //
 // GET and WAIT never block the loop: a request whose keys are missing becomes
 // a waiter, answered when a SET/ADD creates the last missing key or when its
 // deadline passes.
+//
+// A job's ranks all connect at once and each makes O(ranks) requests at
+// rendezvous, so nothing in the loop may cost O(connections) per request:
+// the kernel reports only the sockets that are ready (epoll), deadlines sit
+// in ordered sets, and only connections an iteration touched are revisited.
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,6 +44,23 @@ constexpr const char* kWrongToken = "store refused the connection: wrong job tok
 // When accept() runs out of descriptors, retry later instead of spinning.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 constexpr std::size_t kReadChunk = std::size_t{64} * 1024;
+constexpr int kEventsPerWait = 256;
+// epoll tags; connection ids start at 1.
+constexpr std::uint64_t kWakeTag = 0;
+constexpr std::uint64_t kListenTag = ~std::uint64_t{0};
+
+// The store holds a descriptor for every rank of the job, and the soft
+// limit (often 1024) is far below the hard one: a rank left in the accept
+// queue would never be served and the whole job would wait for it. Raises
+// the soft limit towards the hard one; false when it is there already.
+bool raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return false;
+  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY
+                       ? limit.rlim_cur * 2
+                       : std::min(limit.rlim_max, std::max<rlim_t>(limit.rlim_cur * 2, 64));
+  return ::setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
 
 // Runs in time that depends on the length of `given` only, so a client cannot
 // learn the token byte by byte from response times.
@@ -73,19 +96,22 @@ struct StoreServer::Impl {
   };
 
   struct Conn {
-    Conn(int socket, const StoreLimits& limits)
-        : fd(socket), decoder(request_checks(limits, &state)),
+    Conn(std::uint64_t conn_id, int socket, const StoreLimits& limits)
+        : id(conn_id), fd(socket), decoder(request_checks(limits, &state)),
           deadline(wire::deadline_after(limits.handshake_timeout)) {}
     // The decoder's checks point at `state`.
     Conn(const Conn&) = delete;
     Conn& operator=(const Conn&) = delete;
 
+    std::uint64_t id;
     int fd;
     State state = State::kHello;
     wire::FrameDecoder decoder;
     std::string out;
     std::size_t out_pos = 0;
-    bool dead = false;
+    bool dead = false;     // dropped at the end of the loop's iteration
+    bool touched = false;  // its epoll interest is brought up to date then
+    std::uint32_t interest = EPOLLIN;
     // The waiter, while state == kWaiting.
     Op wait_op = Op::kGet;
     std::vector<std::string> wait_keys;
@@ -101,14 +127,27 @@ struct StoreServer::Impl {
     for (auto& [id, conn] : conns) close_fd(conn.fd);
     close_fd(listen_fd);
     close_fd(wake_fd);
+    close_fd(epoll_fd);
   }
 
   void bind(const std::string& host, int requested_port);
   void run() noexcept;
   bool loop_once();
-  void serve(std::uint64_t id, short revents);
+  void serve(std::uint64_t id, std::uint32_t events);
   int next_timeout_ms() const;
   void accept_all();
+  void pause_accepting();
+  void resume_accepting();
+  void watch(int fd, std::uint32_t events, std::uint64_t tag, int op);
+  void mark_dead(Conn& conn);
+  void touch(Conn& conn);
+  // Every change of state goes here: it keeps `handshakes` and `waits`,
+  // which hold the connections in kHello and kWaiting, up to date.
+  void set_state(Conn& conn, State next);
+  // Reads and writes a connection asks for in its state.
+  static std::uint32_t interest_of(const Conn& conn);
+  // Drops the dead connections and updates the touched ones' interest.
+  void settle();
   void read_from(std::uint64_t id, Conn& conn);
   void pump(std::uint64_t id, Conn& conn);
   static bool wants_input(const Conn& conn);
@@ -134,9 +173,17 @@ struct StoreServer::Impl {
   const StoreLimits limits;
   int listen_fd = -1;
   int wake_fd = -1;
+  int epoll_fd = -1;
   int port = 0;
   std::thread thread;
+  bool accept_paused = false;
   Deadline accept_paused_until{};
+  // (deadline, id) of the connections in kHello (oldest first: their
+  // deadlines grow with their ids) and of those in kWaiting.
+  std::set<std::pair<Deadline, std::uint64_t>> handshakes;
+  std::set<std::pair<Deadline, std::uint64_t>> waits;
+  std::vector<std::uint64_t> dying;
+  std::vector<std::uint64_t> touched;
 
   std::unordered_map<std::string, std::string> data;
   std::map<std::uint64_t, Conn> conns;
@@ -218,6 +265,19 @@ void StoreServer::Impl::bind(const std::string& host, int requested_port) {
   wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd < 0)
     fail(StatusCode::kUnavailable, "could not create an eventfd: ", std::strerror(errno));
+  epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0)
+    fail(StatusCode::kUnavailable, "could not create an epoll instance: ", std::strerror(errno));
+  watch(wake_fd, EPOLLIN, kWakeTag, EPOLL_CTL_ADD);
+  watch(listen_fd, EPOLLIN, kListenTag, EPOLL_CTL_ADD);
+}
+
+void StoreServer::Impl::watch(int fd, std::uint32_t events, std::uint64_t tag, int op) {
+  epoll_event event{};
+  event.events = events;
+  event.data.u64 = tag;
+  if (::epoll_ctl(epoll_fd, op, fd, &event) != 0)
+    fail(StatusCode::kUnavailable, "store: epoll_ctl failed: ", std::strerror(errno));
 }
 
 void StoreServer::Impl::run() noexcept {
@@ -230,66 +290,115 @@ void StoreServer::Impl::run() noexcept {
   }
 }
 
-// One poll() and the work it reports; false once the destructor asks to stop.
+// One epoll_wait() and the work it reports; false once the destructor asks to stop.
 bool StoreServer::Impl::loop_once() {
-  std::vector<pollfd> fds;
-  fds.reserve(conns.size() + 2);
-  fds.push_back({wake_fd, POLLIN, 0});
-  bool accepting = Clock::now() >= accept_paused_until;
-  fds.push_back({accepting ? listen_fd : -1, POLLIN, 0});
-  std::vector<std::uint64_t> ids;
-  ids.reserve(conns.size());
-  for (auto& [id, conn] : conns) {
-    short events = 0;
-    // A connection is read only when its last reply has gone out, so a
-    // client that does not read cannot make the server buffer without end.
-    // A waiting one is read to notice that its client went away.
-    if (wants_input(conn) || conn.state == State::kWaiting) events |= POLLIN;
-    if (conn.out_pos < conn.out.size()) events |= POLLOUT;
-    fds.push_back({conn.fd, events, 0});
-    ids.push_back(id);
-  }
-
-  if (::poll(fds.data(), fds.size(), next_timeout_ms()) < 0) return true;  // EINTR: poll again
-  if (fds[0].revents != 0) return false;
+  if (accept_paused && Clock::now() >= accept_paused_until) resume_accepting();
+  epoll_event events[kEventsPerWait];
+  const int ready = ::epoll_wait(epoll_fd, events, kEventsPerWait, next_timeout_ms());
+  if (ready < 0) return true;  // EINTR: wait again
 
   expire_waiters();
   expire_handshakes();
-  if (fds[1].revents != 0) accept_all();
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (fds[i + 2].revents != 0) serve(ids[i], fds[i + 2].revents);
+  for (int i = 0; i < ready; ++i) {
+    const std::uint64_t tag = events[i].data.u64;
+    if (tag == kWakeTag) return false;
+    if (tag == kListenTag) {
+      accept_all();
+    } else {
+      serve(tag, events[i].events);
+    }
   }
-  for (auto it = conns.begin(); it != conns.end();) {
-    auto next = std::next(it);
-    if (it->second.dead) drop(it->first, it->second);
-    it = next;
-  }
+  settle();
   return true;
 }
 
-void StoreServer::Impl::serve(std::uint64_t id, short revents) {
+void StoreServer::Impl::settle() {
+  for (std::uint64_t id : dying)
+    if (auto it = conns.find(id); it != conns.end()) drop(id, it->second);
+  dying.clear();
+  for (std::uint64_t id : touched) {
+    auto it = conns.find(id);
+    if (it == conns.end()) continue;
+    Conn& conn = it->second;
+    conn.touched = false;
+    const std::uint32_t wanted = interest_of(conn);
+    if (wanted == conn.interest) continue;
+    epoll_event event{};
+    event.events = wanted;
+    event.data.u64 = id;
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, conn.fd, &event) == 0) {
+      conn.interest = wanted;
+    } else {
+      drop(id, conn);
+    }
+  }
+  touched.clear();
+}
+
+std::uint32_t StoreServer::Impl::interest_of(const Conn& conn) {
+  std::uint32_t events = 0;
+  // A connection is read only when its last reply has gone out, so a
+  // client that does not read cannot make the server buffer without end.
+  // A waiting one is read to notice that its client went away.
+  if (wants_input(conn) || conn.state == State::kWaiting) events |= EPOLLIN;
+  if (conn.out_pos < conn.out.size()) events |= EPOLLOUT;
+  return events;
+}
+
+void StoreServer::Impl::set_state(Conn& conn, State next) {
+  if (conn.state == State::kHello) handshakes.erase({conn.deadline, conn.id});
+  if (conn.state == State::kWaiting) waits.erase({conn.deadline, conn.id});
+  conn.state = next;
+  if (next == State::kWaiting) waits.emplace(conn.deadline, conn.id);
+}
+
+void StoreServer::Impl::mark_dead(Conn& conn) {
+  if (conn.dead) return;
+  conn.dead = true;
+  dying.push_back(conn.id);
+}
+
+void StoreServer::Impl::touch(Conn& conn) {
+  if (conn.touched) return;
+  conn.touched = true;
+  touched.push_back(conn.id);
+}
+
+void StoreServer::Impl::serve(std::uint64_t id, std::uint32_t events) {
   auto it = conns.find(id);
-  if (it == conns.end()) return;
+  // Dropped or condemned earlier in this iteration.
+  if (it == conns.end() || it->second.dead) return;
   Conn& conn = it->second;
+  touch(conn);
   try {
-    if (revents & (POLLOUT | POLLERR | POLLHUP)) flush(conn);
+    if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) flush(conn);
     // Frames already buffered (a reply just went out, or a wait ended) are
     // served before reading more.
     if (!conn.dead) pump(id, conn);
-    if (!conn.dead && (revents & (POLLIN | POLLERR | POLLHUP))) read_from(id, conn);
+    if (!conn.dead && (events & (EPOLLIN | EPOLLERR | EPOLLHUP))) read_from(id, conn);
   } catch (...) {
-    conn.dead = true;  // e.g. out of memory: lose this client, keep serving
+    mark_dead(conn);  // e.g. out of memory: lose this client, keep serving
   }
 }
 
 int StoreServer::Impl::next_timeout_ms() const {
   std::optional<Deadline> nearest;
-  if (Clock::now() < accept_paused_until) nearest = accept_paused_until;
-  for (const auto& [id, conn] : conns) {
-    const bool timed = conn.state == State::kWaiting || conn.state == State::kHello;
-    if (timed && (!nearest || conn.deadline < *nearest)) nearest = conn.deadline;
-  }
+  if (accept_paused) nearest = accept_paused_until;
+  for (const auto* timers : {&handshakes, &waits})
+    if (!timers->empty() && (!nearest || timers->begin()->first < *nearest))
+      nearest = timers->begin()->first;
   return nearest ? wire::poll_timeout_ms(*nearest) : -1;
+}
+
+void StoreServer::Impl::pause_accepting() {
+  accept_paused_until = Clock::now() + kAcceptBackoff;
+  if (!accept_paused) watch(listen_fd, 0, kListenTag, EPOLL_CTL_MOD);
+  accept_paused = true;
+}
+
+void StoreServer::Impl::resume_accepting() {
+  watch(listen_fd, EPOLLIN, kListenTag, EPOLL_CTL_MOD);
+  accept_paused = false;
 }
 
 void StoreServer::Impl::accept_all() {
@@ -297,14 +406,24 @@ void StoreServer::Impl::accept_all() {
     int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE && raise_descriptor_limit()) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-        accept_paused_until = Clock::now() + kAcceptBackoff;
+        pause_accepting();
       return;
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     limit_unauthenticated();
-    conns.try_emplace(next_id++, fd, limits);
+    const std::uint64_t id = next_id++;
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = id;
+    if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event) != 0) {
+      ::close(fd);
+      continue;
+    }
+    Conn& conn = conns.try_emplace(id, id, fd, limits).first->second;
+    handshakes.emplace(conn.deadline, id);
   }
 }
 
@@ -324,7 +443,7 @@ void StoreServer::Impl::read_from(std::uint64_t id, Conn& conn) {
     // EOF, a socket error, or bytes during a wait: a client waits for each
     // reply before it sends more.
     if (got <= 0 || conn.state == State::kWaiting) {
-      conn.dead = true;
+      mark_dead(conn);
       return;
     }
     conn.decoder.append(chunk, static_cast<std::size_t>(got));
@@ -342,11 +461,11 @@ void StoreServer::Impl::pump(std::uint64_t id, Conn& conn) {
       case wire::FrameDecoder::Event::kFrame: handle(id, conn, frame); break;
       case wire::FrameDecoder::Event::kRefused:
         // Until the token is shown, one refusal ends the connection.
-        if (conn.state == State::kHello) conn.state = State::kClosing;
+        if (conn.state == State::kHello) set_state(conn, State::kClosing);
         reply(conn, error_frame(StatusCode::kInvalidArgument, std::move(error)));
         break;
       case wire::FrameDecoder::Event::kMalformed:
-        conn.state = State::kClosing;
+        set_state(conn, State::kClosing);
         reply(conn, error_frame(StatusCode::kInvalidArgument,
                                 concat("store closed the connection: ", error)));
         return;
@@ -373,10 +492,10 @@ void StoreServer::Impl::handle(std::uint64_t id, Conn& conn, Frame& frame) {
 
 void StoreServer::Impl::handle_hello(Conn& conn, const Frame& frame) {
   if (!tokens_equal(token, frame.fields[0])) {
-    conn.state = State::kClosing;
+    set_state(conn, State::kClosing);
     reply(conn, error_frame(StatusCode::kInvalidArgument, kWrongToken));
   } else {
-    conn.state = State::kReady;
+    set_state(conn, State::kReady);
     reply(conn, Frame{Op::kOk, 0, {}});
   }
 }
@@ -436,7 +555,7 @@ void StoreServer::Impl::start_wait(std::uint64_t id, Conn& conn, Frame& frame) {
   constexpr std::int64_t kMaxMs = std::int64_t{1} << 40;
   std::int64_t ms = std::clamp<std::int64_t>(frame.arg, 0, kMaxMs);
   conn.deadline = Clock::now() + std::chrono::milliseconds(ms);
-  conn.state = State::kWaiting;
+  set_state(conn, State::kWaiting);
   for (const auto& key : conn.wait_keys) waiting_on[key].insert(id);
 }
 
@@ -454,7 +573,7 @@ void StoreServer::Impl::finish_wait(std::uint64_t id, Conn& conn, Frame reply_fr
   if (reply_frame.op == Op::kOk && conn.wait_op == Op::kGet)
     reply_frame.fields.push_back(data.at(conn.wait_keys[0]));
   conn.wait_keys.clear();
-  conn.state = State::kReady;
+  set_state(conn, State::kReady);
   reply(conn, reply_frame);
 }
 
@@ -476,42 +595,36 @@ void StoreServer::Impl::key_removed(const std::string& key) {
 }
 
 void StoreServer::Impl::expire_waiters() {
-  Deadline now = Clock::now();
-  for (auto& [id, conn] : conns) {
-    if (conn.state != State::kWaiting || conn.deadline > now) continue;
+  const Deadline now = Clock::now();
+  while (!waits.empty() && waits.begin()->first <= now) {
+    const std::uint64_t id = waits.begin()->second;
+    Conn& conn = conns.at(id);
     Frame timed_out{Op::kTimedOut, static_cast<std::int64_t>(conn.missing), {}};
     for (const auto& key : conn.wait_keys) {
       if (timed_out.fields.size() == wire::kMaxReportedKeys) break;
       if (data.count(key) == 0) timed_out.fields.push_back(key);
     }
-    finish_wait(id, conn, std::move(timed_out));
+    finish_wait(id, conn, std::move(timed_out));  // takes it out of `waits`
   }
 }
 
 void StoreServer::Impl::expire_handshakes() {
   const Deadline now = Clock::now();
-  for (auto it = conns.begin(); it != conns.end();) {
-    auto next = std::next(it);
-    if (it->second.state == State::kHello && it->second.deadline <= now)
-      drop(it->first, it->second);
-    it = next;
+  while (!handshakes.empty() && handshakes.begin()->first <= now) {
+    const std::uint64_t id = handshakes.begin()->second;
+    drop(id, conns.at(id));  // takes it out of `handshakes`
   }
 }
 
 void StoreServer::Impl::limit_unauthenticated() {
-  std::size_t waiting = 0;
-  auto oldest = conns.end();
-  for (auto it = conns.begin(); it != conns.end(); ++it) {
-    if (it->second.state != State::kHello) continue;
-    ++waiting;
-    if (oldest == conns.end()) oldest = it;  // ids grow with time: the first is the oldest
-  }
-  if (waiting >= std::max<std::size_t>(limits.max_unauthenticated, 1))
-    drop(oldest->first, oldest->second);
+  if (handshakes.size() < std::max<std::size_t>(limits.max_unauthenticated, 1)) return;
+  const std::uint64_t oldest = handshakes.begin()->second;
+  drop(oldest, conns.at(oldest));
 }
 
-// Queues the reply and sends what the socket takes now; the poll loop sends the rest.
+// Queues the reply and sends what the socket takes now; the loop sends the rest.
 void StoreServer::Impl::reply(Conn& conn, const Frame& frame) {
+  touch(conn);
   conn.out += wire::encode(frame);
   flush(conn);
 }
@@ -526,18 +639,19 @@ void StoreServer::Impl::flush(Conn& conn) {
     }
     if (sent < 0 && errno == EINTR) continue;
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    conn.dead = true;
+    mark_dead(conn);
     return;
   }
   // A large value has gone out: do not keep its buffer for an idle client.
   std::string().swap(conn.out);
   conn.out_pos = 0;
-  if (conn.state == State::kClosing) conn.dead = true;
+  if (conn.state == State::kClosing) mark_dead(conn);
 }
 
 void StoreServer::Impl::drop(std::uint64_t id, Conn& conn) {
   if (conn.state == State::kWaiting) unregister_waiter(id, conn);
-  close_fd(conn.fd);
+  set_state(conn, State::kClosing);
+  close_fd(conn.fd);  // also leaves the epoll set
   conns.erase(id);
 }
 
