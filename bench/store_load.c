@@ -83,7 +83,8 @@ static concord_status get_value(Rank* r, concord_store_t store, const char* key,
 }
 
 /* comm/world.cpp's generation and comm/hosts.cpp's exchange: every rank
- * publishes its host and reads every other rank's, one get each. */
+ * publishes its host, rank 0 gets each of them and publishes the list, which
+ * every other rank gets. */
 static concord_status exchange_hosts(Rank* r, concord_store_t store, char** buffer,
                                      size_t* capacity) {
   const Job* job = r->job;
@@ -93,16 +94,33 @@ static concord_status exchange_hosts(Rank* r, concord_store_t store, char** buff
   snprintf(key, sizeof key, "%s/generation/%d", job->prefix, r->rank);
   concord_status status = concord_store_add(store, key, 1, &generation);
   if (failed(r, status, "add generation")) return status;
-  snprintf(key, sizeof key, "%s#1/host/%d", job->prefix, r->rank);
-  status = concord_store_set(store, key, HOST_ID, strlen(HOST_ID));
-  if (failed(r, status, "set host")) return status;
-  for (int q = 0; q < job->ranks; ++q) {
-    if (q == r->rank) continue;
+  if (r->rank != 0) {
+    snprintf(key, sizeof key, "%s#1/host/%d", job->prefix, r->rank);
+    status = concord_store_set(store, key, HOST_ID, strlen(HOST_ID));
+    if (failed(r, status, "set host")) return status;
+    snprintf(key, sizeof key, "%s#1/hosts", job->prefix);
+    status = get_value(r, store, key, buffer, capacity, &size);
+    return failed(r, status, "get hosts") ? status : CONCORD_OK;
+  }
+  char* list = malloc((size_t)job->ranks * (strlen(HOST_ID) + 24));
+  if (list == NULL) {
+    snprintf(r->error, sizeof r->error, "rank 0: no memory for the list of hosts");
+    return CONCORD_ERR_OUT_OF_MEMORY;
+  }
+  size_t used = (size_t)sprintf(list, "%zu:%s", strlen(HOST_ID), HOST_ID);
+  for (int q = 1; q < job->ranks; ++q) {
     snprintf(key, sizeof key, "%s#1/host/%d", job->prefix, q);
     status = get_value(r, store, key, buffer, capacity, &size);
-    if (failed(r, status, "get host")) return status;
+    if (failed(r, status, "get host")) break;
+    used += (size_t)sprintf(list + used, "%zu:%.*s", size, (int)size, *buffer);
   }
-  return CONCORD_OK;
+  if (status == CONCORD_OK) {
+    snprintf(key, sizeof key, "%s#1/hosts", job->prefix);
+    status = concord_store_set(store, key, list, used);
+    failed(r, status, "set hosts");
+  }
+  free(list);
+  return status;
 }
 
 /* A wait for one key: whole (shm) or in slices until the timeout (gloo). */

@@ -153,7 +153,8 @@ def one_run(driver: str, pattern: str, ranks: int, timeout: float) -> dict:
 
 def store_requests(pattern: str, n: int) -> int:
     """Requests the ranks send at least (a sliced wait that runs out is sent again)."""
-    hosts = n * (n + 2)  # each rank: hello, add, set, n-1 gets
+    # each rank: hello, add; the others: set, get the list; rank 0: n-1 gets, set
+    hosts = 2 * n + 2 * (n - 1) + n
     count_in = 3 * n + 1  # each rank: add, wait, add; the last one in: set
     if pattern == "shm":
         return hosts + n + count_in  # rank 0 sets the segment, the others get it

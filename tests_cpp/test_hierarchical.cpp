@@ -6,8 +6,14 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "collective_suite.hpp"
 #include "comm/hosts.hpp"
+#include "rendezvous/store.hpp"
 #include "env_guard.hpp"
 #include "spawn_ranks.hpp"
 
@@ -34,6 +40,28 @@ TEST_CASE("a host identity is the host name and what decides who can share memor
   CHECK(host_identity() == mine);
   env.set("CONCORD_HOST_ID", "rack3-node7");
   CHECK(host_identity() == "rack3-node7");
+}
+
+TEST_CASE("every rank learns every rank's host identity in rank order, whatever bytes it holds",
+          "[shm+gloo][hosts]") {
+  // Identities set through CONCORD_HOST_ID may hold separators, digits,
+  // newlines or nothing; ranks 1 and 4 share a host.
+  const std::vector<std::string> identities = {"node-a", "12:34", "", "line\nbreak", "12:34",
+                                               std::string(300, 'x')};
+  const int size = static_cast<int>(identities.size());
+  StoreServer server("127.0.0.1", 0, "hosts-token");
+  std::vector<std::vector<std::string>> seen(identities.size());
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < size; ++rank)
+    ranks.emplace_back([&, rank] {
+      StoreClient client("127.0.0.1", server.port(), "hosts-token", std::chrono::seconds(10));
+      seen[rank] = exchange_hosts(client, "job#1", rank, size, 10.0, identities[rank]);
+    });
+  for (auto& rank : ranks) rank.join();
+  for (const auto& hosts : seen) CHECK(hosts == identities);
+  CHECK(local_rank_of(identities, 1) == 0);
+  CHECK(local_rank_of(identities, 4) == 1);
+  CHECK(local_rank_of(identities, 5) == 0);
 }
 
 TEST_CASE("shm+gloo all_reduce matches the references", "[shm+gloo]") {

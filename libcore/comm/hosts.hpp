@@ -30,7 +30,8 @@ class StoreClient;
 std::string host_identity();
 
 // Every rank's host identity, in rank order: each rank publishes `mine`
-// under `name` and reads the others' (collective; waits at most timeout_s).
+// under `name`, rank 0 gathers them and publishes the list every rank reads
+// (collective; each wait is at most timeout_s).
 std::vector<std::string> exchange_hosts(StoreClient& store, const std::string& name, int rank,
                                         int size, double timeout_s, const std::string& mine);
 
