@@ -1,5 +1,6 @@
-"""The rank side of the multi-process GPU tests (conftest's `process_ranks`
-fixture).
+"""The rank side of the tests whose ranks are fresh processes started by a
+launcher: the GPU tests (conftest's `process_ranks` fixture) and the ranks
+on test hosts (test_multihost.py).
 
     python -m concord.run -n N tests_py/gpu_helpers.py MODULE_FILE FUNCTION ARGS_JSON OUT_DIR
 
