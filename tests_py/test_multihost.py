@@ -193,6 +193,17 @@ def _block_then_die(victim, timeout, out_dir):
     return outcome
 
 
+def _fail_on_one_node(failing, code):
+    """Every rank joins the world; rank `failing` then exits with `code`,
+    the others sleep (only their launchers can end them early)."""
+    cc.init(timeout=60.0)
+    cc.barrier()
+    if cc.rank() == failing:
+        sys.exit(code)
+    time.sleep(120)
+    return {}
+
+
 # ---- the tests -------------------------------------------------------------------
 
 def _check_results(results, seed, layout, backend, sub_backends):
@@ -266,6 +277,26 @@ def test_a_rank_killed_on_one_host_fails_the_ranks_of_both(test_hosts, tmp_path)
         assert outcome["error"] == "RemoteError", (rank, outcome)
         assert f"rank {victim}" in outcome["message"], (rank, outcome)
         assert outcome["at"] - killed_at < timeout + 2, (rank, outcome["at"] - killed_at)
+
+
+def test_a_rank_failing_on_one_node_stops_every_node(test_hosts, tmp_path):
+    hosts = test_hosts(2)
+    env = _job_env(secrets.token_hex(16))
+    started = time.monotonic()
+    launchers = [hosts.popen(node, _launcher(hosts, node, 2,
+                                             *_worker_args(_fail_on_one_node, [2, 3], tmp_path)),
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             errors="replace")
+                 for node in range(2)]
+    results = _finish(launchers, 90)
+    assert time.monotonic() - started < 60, _outputs(results)
+    (code0, _, err0), (code1, _, err1) = results
+    assert code1 == 3, _outputs(results)
+    assert "concord-run: node 1 rank 2 failed first (exit code 3)\n" \
+           "concord-run: stopped the other ranks: 3\n" in err1, err1
+    assert code0 == 1, _outputs(results)
+    assert "concord-run: node 1 rank 2 failed first (exit code 3)\n" \
+           "concord-run: stopped the ranks of node 0: 0, 1\n" in err0, err0
 
 
 def test_the_launcher_refuses_several_nodes_without_a_token(test_hosts, tmp_path):
