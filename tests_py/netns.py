@@ -26,6 +26,7 @@ import atexit
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -33,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["TestHosts", "unavailable", "leftover_namespaces"]
+__all__ = ["TestHosts", "unavailable", "leftover_namespaces", "namespaces"]
 
 PREFIX = "ccnet"
 SUBNET = "10.77.0"  # host k is SUBNET.(k + 1)/24
@@ -55,7 +56,8 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
                           check=check)
 
 
-def _namespaces() -> list[str]:
+def namespaces() -> list[str]:
+    """Every network namespace `ip netns` knows."""
     listed = _ip("netns", "list", check=False).stdout.split("\n")
     return [line.split()[0] for line in listed if line.strip()]
 
@@ -88,7 +90,7 @@ def _alive(pid: int) -> bool:
 def leftover_namespaces() -> list[str]:
     """Namespaces of this module whose maker is gone (it was killed
     before it could remove them)."""
-    return [name for name in _namespaces()
+    return [name for name in namespaces()
             if (match := _NAME.match(name)) and not _alive(int(match.group(1)))]
 
 
@@ -115,16 +117,14 @@ def unavailable() -> str | None:
 
 class TestHosts:
     """`count` test hosts, node0 ... node<count-1>, made on entry and
-    removed, with every process started on them, on exit. `rate` (for
-    example "10gbit") shapes each host's egress with a token bucket."""
+    removed, with every process started on them, on exit."""
 
     __test__ = False  # not a test class, whatever pytest makes of its name
 
-    def __init__(self, count: int, *, rate: str | None = None):
+    def __init__(self, count: int):
         if count < 1:
             raise ValueError("count must be at least 1")
         self.count = count
-        self.rate = rate
         self.run_id = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(3)}"
         self.switch = f"{self.run_id}-sw"
         self.namespaces = [f"{self.run_id}-h{k}" for k in range(count)]
@@ -173,17 +173,32 @@ class TestHosts:
             _ip("-n", self.switch, "link", "set", f"port{k}", "master", "br0", "up")
             _ip("-n", namespace, "addr", "add", f"{self.address(k)}/24", "dev", INTERFACE)
             _ip("-n", namespace, "link", "set", INTERFACE, "up")
-            if self.rate is not None:
-                subprocess.run(["ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev",
-                                INTERFACE, "root", "tbf", "rate", self.rate, "burst", "1mb",
-                                "latency", "10ms"], check=True, capture_output=True, text=True,
-                               timeout=_IP_TIMEOUT_S)
+
+    def shape(self, k: int, qdisc: list[str]) -> subprocess.CompletedProcess:
+        """Sets the root queueing discipline of host k's interface (tc's
+        words after `root`, for example netem delay 50us rate 10gbit)."""
+        return subprocess.run(["ip", "netns", "exec", self.namespaces[k], "tc", "qdisc",
+                               "replace", "dev", INTERFACE, "root", *qdisc],
+                              capture_output=True, text=True, timeout=_IP_TIMEOUT_S)
 
     def command(self, k: int, argv: list[str]) -> list[str]:
         """argv as run on host k."""
         return ["ip", "netns", "exec", self.namespaces[k], "unshare", "--uts", "--mount",
                 "sh", "-c", _ENTER_HOST, "sh", self.names[k], str(self.hosts_file),
                 *map(str, argv)]
+
+    def remote_shell(self) -> str:
+        """An executable to use in place of ssh (mpirun's plm_rsh_agent):
+        `remote_shell HOST COMMAND...` runs COMMAND, a shell command line as
+        ssh would take it, on the test host named HOST."""
+        lines = ["#!/bin/sh", "host=$1; shift", 'case "$host" in']
+        for k, name in enumerate(self.names):
+            lines.append(f'  {name}) exec {shlex.join(self.command(k, ["sh", "-c"]))} "$*" ;;')
+        lines += ['  *) echo "no test host $host" >&2; exit 1 ;;', "esac"]
+        path = Path(self._dir.name) / "remote_shell"
+        path.write_text("\n".join(lines) + "\n")
+        path.chmod(0o755)
+        return str(path)
 
     def popen(self, k: int, argv: list[str], **kwargs) -> subprocess.Popen:
         """Starts argv on host k, in a session of its own; it is killed

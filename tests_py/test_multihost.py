@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -63,15 +64,11 @@ def test_hosts():
     finally:
         for hosts in made:
             hosts.close()
-    mine = [name for name in netns.leftover_namespaces() + _namespaces_of(made)]
-    assert mine == [], f"namespaces left behind: {mine}"
+    listed = netns.namespaces()
+    left = [name for hosts in made for name in [hosts.switch, *hosts.namespaces] if name in listed]
+    assert left == [], f"namespaces left behind: {left}"
     new = sorted(name for name in set(os.listdir("/dev/shm")) - before if "concord" in name)
     assert new == [], f"the machine's /dev/shm got {new}"
-
-
-def _namespaces_of(made):
-    listed = netns._namespaces()
-    return [name for hosts in made for name in [hosts.switch, *hosts.namespaces] if name in listed]
 
 
 def _job_env(token):
@@ -172,6 +169,18 @@ def _every_collective(seed, backend, split_colors):
     return {"facts": facts, "failures": checks.failures + sub_checks.failures}
 
 
+def _a_few_collectives(seed):
+    """The world's facts and a few checked collectives."""
+    world = cc.init(timeout=60.0)
+    checks = Checks(seed)
+    checks.all_reduce("float32", (LARGE,), variants=False)
+    checks.all_gather("int32", (7,))
+    checks.broadcast("bfloat16", (1000,), [world.size - 1])
+    facts = _facts(world)
+    cc.shutdown()
+    return {"facts": facts, "failures": checks.failures}
+
+
 def _block_then_die(victim, timeout, out_dir):
     """Every rank but `victim` enters a large all_reduce the victim never
     joins, and says when; the victim says its pid and waits to be killed."""
@@ -238,6 +247,29 @@ def test_gloo_forced_on_one_host(test_hosts, tmp_path, seed):
     # {0, 1} and {2}: a sub-communicator of one rank too.
     results = _run_job(hosts, 3, _every_collective, seed, "gloo", [0, 0, 1], tmp_path=tmp_path)
     _check_results(results, seed, (1, 3), "gloo", ["gloo"] * 3)
+
+
+def test_ranks_started_by_mpirun_across_hosts(test_hosts, tmp_path, seed):
+    if shutil.which("mpirun") is None:
+        pytest.skip("needs mpirun (Open MPI)")
+    hosts = test_hosts(2)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join(f"{name} slots=2\n" for name in hosts.names))
+    # mpirun starts its daemon on node1 through the remote shell, in place of ssh.
+    env = dict(_job_env(secrets.token_hex(16)), OMPI_MCA_oob_tcp_if_include=netns.INTERFACE,
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    mpirun = hosts.run(0, ["mpirun", "--hostfile", hostfile, "-np", "4", "--mca",
+                           "plm_rsh_agent", hosts.remote_shell(), "-x", "CONCORD_JOB_TOKEN",
+                           "-x", f"CONCORD_MASTER_ADDR={hosts.address(0)}",
+                           "-x", f"CONCORD_MASTER_PORT={_STORE_PORT}", sys.executable,
+                           *_worker_args(_a_few_collectives, [seed], tmp_path)],
+                       timeout=_JOB_TIMEOUT_S, env=env)
+    assert mpirun.returncode == 0, mpirun.stdout[-3000:] + mpirun.stderr[-5000:]
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(4)]
+    failures = [f for result in results for f in result["failures"]]
+    assert not failures, report(failures, seed)
+    assert [(r["facts"]["backend"], r["facts"]["host"], r["facts"]["local_rank"])
+            for r in results] == [("shm+gloo", f"node{rank // 2}", rank % 2) for rank in range(4)]
 
 
 def test_a_rank_killed_on_one_host_fails_the_ranks_of_both(test_hosts, tmp_path):
