@@ -81,6 +81,15 @@ TEST_CASE("gloo all_reduce of a million elements", "[gloo]") {
                      {{DType::kFloat32, ReduceOp::kSum}, {DType::kBFloat16, ReduceOp::kMean}});
 }
 
+TEST_CASE("gloo forced on a rank alone: messages past the one-step size stay in its buffers",
+          "[gloo]") {
+  // A rank alone takes one step at any size; its payload once overran the
+  // exchange's message buffer.
+  check_all_reduce(gloo_on_one_host(1), {70001, 1000003},
+                   {{DType::kFloat32, ReduceOp::kSum}, {DType::kBFloat16, ReduceOp::kMean}});
+  check_gather_broadcast_scatter(gloo_on_one_host(1), {30011, 1000003});
+}
+
 TEST_CASE("gloo all_gather broadcast and reduce_scatter match the references", "[gloo]") {
   for (const RankLayout& layout : {gloo_on_one_host(2), gloo_on_one_host(3), one_rank_a_host(4)})
     check_gather_broadcast_scatter(layout, {0, 7, 30011});

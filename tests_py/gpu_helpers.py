@@ -1,5 +1,6 @@
-"""The rank side of the multi-process GPU tests (conftest's `process_ranks`
-fixture).
+"""The rank side of the tests whose ranks are fresh processes started by a
+launcher: the GPU tests (conftest's `process_ranks` fixture) and the ranks
+on test hosts (test_multihost.py).
 
     python -m concord.run -n N tests_py/gpu_helpers.py MODULE_FILE FUNCTION ARGS_JSON OUT_DIR
 
@@ -26,7 +27,7 @@ def main(argv):
     module = load_module(module_file, f"_concord_gpu_test_{Path(module_file).stem}")
     fn = getattr(module, function)
     result = fn(*json.loads(args))
-    rank = os.environ["RANK"]
+    rank = os.environ.get("RANK") or os.environ["OMPI_COMM_WORLD_RANK"]  # mpirun sets no RANK
     path = Path(out_dir) / f"rank{rank}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

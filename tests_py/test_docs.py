@@ -74,6 +74,10 @@ BLOCKS = {
     ("docs/gpu.md", '>>> cc.build_info()["cuda"]'): ("build_info",),
     ("docs/guide.md", "Python package concord  (pyext/: Cython _capi over the C ABI, "
                       "pure-Python API:"): ("skip", "a diagram of the layers"),
+    ("docs/guide.md", "export CONCORD_JOB_TOKEN=$(openssl rand -hex 16)   # once, shared by "
+                      "the job script"):
+        ("skip", "needs several machines: test_multihost.py starts the same launchers on test "
+                 "hosts"),
     ("docs/guide.md", "concord-run -n 4 train.py --epochs 3"):
         ("shell", {"train.py": _PRINT_ARGS, "mypackage/__init__.py": "",
                    "mypackage/train.py": _PRINT_ARGS},

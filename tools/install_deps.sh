@@ -4,8 +4,9 @@
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 
-# libgloo-dev: the gloo and shm+gloo backends (CPU collectives across hosts).
-apt_packages=(catch2 pkg-config g++ ninja-build patchelf libgloo-dev)
+# libgloo-dev: the gloo and shm+gloo backends (CPU collectives across hosts);
+# iproute2: the test hosts of tests_py/test_multihost.py (network namespaces).
+apt_packages=(catch2 pkg-config g++ ninja-build patchelf libgloo-dev iproute2)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -25,6 +26,8 @@ py_packages=(
   "ninja:ninja"
   "Cython:cython>=3.0"
   "numpy:numpy>=2.0"
+  # bfloat16 NumPy arrays in the collective tests
+  "ml_dtypes:ml-dtypes>=0.3"
   "pytest:pytest>=7"
   "optree:optree>=0.10"
   "array_api_compat:array-api-compat>=1.4"

@@ -105,11 +105,14 @@ def failure_report(
     stopped: Iterable[int],
     detail_title: str,
     detail_lines: Iterable[str],
+    *,
+    heading: str | None = None,
 ) -> str:
     """Names the first failed rank, why it failed, which ranks were stopped
-    because of it, and its last output (or traceback)."""
+    because of it, and its last output (or traceback). `heading` replaces
+    the first line (a job on several nodes names the node)."""
     stopped = sorted(stopped)
-    lines = [f"rank {rank} failed first ({cause})"]
+    lines = [heading or f"rank {rank} failed first ({cause})"]
     if stopped:
         lines.append("stopped the other ranks: " + ", ".join(map(str, stopped)))
     detail = [line.rstrip("\n") for line in detail_lines]

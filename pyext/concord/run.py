@@ -29,7 +29,10 @@ Several nodes: start one launcher per node with the same --nnodes,
 --master-port + 1), its own --node-rank, and the same CONCORD_JOB_TOKEN
 exported on every node (for example CONCORD_JOB_TOKEN=$(openssl rand -hex
 16), shared through the job script); the store only serves clients that
-present it.
+present it. Node 0 serves the store bound to --master-addr only. When a
+rank fails on one node, the ranks of every node are stopped, and every
+node's launcher reports which node and rank failed first (the launchers
+tell each other through the store).
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
 
-from concord import _launching, _processes
+from concord import _launching, _node_watch, _processes
 
 _PROG = "concord-run"
 # How long to wait for a stopped rank's output pipes to drain; a grandchild
@@ -57,6 +60,12 @@ _DRAIN_TIMEOUT_S = 2.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How often the launcher looks for a signal while it waits for the ranks.
 _POLL_S = 0.1
+# What the launcher's watch of the other nodes puts among the ranks' exits:
+# (_OTHER_NODE, record of the first failure).
+_OTHER_NODE = -1
+# How long the watch of the other nodes waits for node 0's store, unless
+# --timeout says.
+_WATCH_CONNECT_S = 600.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -212,14 +221,20 @@ def _start_rank(rank: int, command: list[str], env: dict[str, str], exits: queue
 
 
 class _Supervisor:
-    """Waits for the ranks, stops them when one fails or the launcher gets
-    a signal, and says which came first."""
+    """Waits for the ranks, stops them when one fails (on this node or, on
+    word from the watch, on another) or the launcher gets a signal, and
+    says which came first."""
 
     def __init__(self, ranks: dict[int, _Rank], exits: queue.Queue):
         self.ranks = ranks
         self.exits = exits
         self.running: set[int] = set()
         self.failure: tuple[int, int, list[int]] | None = None
+        # With several nodes: tells the others of this node's failure,
+        # returning the record of the first failure of any node.
+        self.publish = None
+        self.first_record: str | None = None  # of any node, when there are several
+        self.stopped_for_other_node: list[int] = []
         self.received: list[int] = []  # signals to the launcher, in order
         self._kill_at: float | None = None  # when the ranks still running get SIGKILL
 
@@ -252,10 +267,19 @@ class _Supervisor:
                 rank, code = self.exits.get(timeout=_POLL_S)
             except queue.Empty:
                 continue
+            if rank == _OTHER_NODE:
+                if self.failure is None and self.first_record is None and not self.received:
+                    self.first_record = code
+                    self.stopped_for_other_node = sorted(self.running)
+                    self.stop()
+                continue
             self.running.discard(rank)
-            if code != 0 and self.failure is None and not self.received:
+            if code != 0 and self.failure is None and self.first_record is None \
+                    and not self.received:
                 self.failure = rank, code, sorted(self.running)
                 self.stop()
+                if self.publish is not None:
+                    self.first_record = self.publish(rank, _launching.describe_exit(code))
 
 
 def _drain(ranks: dict[int, _Rank]) -> None:
@@ -272,11 +296,23 @@ def _named(report: str) -> str:
                      for line in report.splitlines())
 
 
-def _report(ranks: dict[int, _Rank], failure: tuple[int, int, list[int]]) -> str:
+def _report(ranks: dict[int, _Rank], failure: tuple[int, int, list[int]],
+            first_record: str | None, node: int) -> str:
     rank, code, stopped = failure
+    cause = _launching.describe_exit(code)
+    heading = None
+    if first_record is not None:  # several nodes
+        heading = _node_watch.heading(first_record)
+        if first_record != _node_watch.record(node, rank, cause):
+            heading += f"; then rank {rank} of node {node} failed ({cause})"
     return _named(_launching.failure_report(
-        rank, _launching.describe_exit(code), stopped,
-        f"last lines of rank {rank}", list(ranks[rank].tail)))
+        rank, cause, stopped, f"last lines of rank {rank}", list(ranks[rank].tail),
+        heading=heading))
+
+
+def _other_node_report(first_record: str, node: int, stopped: list[int]) -> str:
+    return _named(f"{_node_watch.heading(first_record)}\n"
+                  f"stopped the ranks of node {node}: {', '.join(map(str, stopped)) or '(none)'}")
 
 
 def _signal_report(signum: int, ranks: dict[int, _Rank]) -> str:
@@ -307,6 +343,13 @@ def _run(args: argparse.Namespace) -> int:
     exits: queue.Queue = queue.Queue()
     lock = threading.Lock()
     supervisor = _Supervisor(ranks, exits)
+    watch = None
+    if args.nnodes > 1:
+        watch = _node_watch.NodeWatch(
+            args.master_addr, store_port, token, args.node_rank,
+            args.timeout if args.timeout is not None else _WATCH_CONNECT_S,
+            lambda record: exits.put((_OTHER_NODE, record)))
+        supervisor.publish = watch.publish
     previous_handlers = {signum: signal.signal(signum, supervisor.on_signal)
                          for signum in _STOP_SIGNALS}
     try:
@@ -331,14 +374,20 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
+        if watch is not None:
+            watch.stop()
         if server is not None:
             server.close()
         # The ranks are reaped: any child left is something they started.
         _processes.kill_children()
     _drain(ranks)
     if supervisor.failure is not None:  # a rank failed before any signal came
-        report, code = _report(ranks, supervisor.failure), supervisor.failure[1]
+        report = _report(ranks, supervisor.failure, supervisor.first_record, args.node_rank)
+        code = supervisor.failure[1]
         code = code if code > 0 else 1
+    elif supervisor.first_record is not None:  # a rank of another node did
+        report, code = _other_node_report(supervisor.first_record, args.node_rank,
+                                          supervisor.stopped_for_other_node), 1
     elif supervisor.received:
         signum = supervisor.received[0]
         report, code = _signal_report(signum, ranks), 128 + signum

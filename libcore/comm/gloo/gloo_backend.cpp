@@ -158,6 +158,9 @@ void GlooBackend::arm() {
 void GlooBackend::exchange(const CallRecord& mine, Payload payload) {
   for (int q = 0; q < size_; ++q)
     if (broken_[q]) lost(q, *broken_[q]);
+  // A rank alone sends nothing: its one-step payload (any size, see
+  // one_step) is read where it is and must not be copied into a message.
+  if (size_ == 1) payload = {};
   auto write = [&](int region, const void* data) {
     unsigned char* message = outbox_memory_.data() + region * message_bytes_;
     std::memcpy(message, &mine, sizeof mine);
