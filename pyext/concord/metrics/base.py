@@ -42,7 +42,8 @@ library (torch CPU scores with NumPy labels, say) are host data that joins
 that library's home, as the kernels read both where they are; beside
 device arrays they are refused. Plain Python values (scalars, lists) carry
 no home and are converted into the metric's (copied to the device for a
-GPU home). reset() keeps the home.
+GPU home). reset() keeps the home; to(device) moves the states into the
+home on that device (torchmetrics' Metric.to).
 
 compute() returns array results (ConfusionMatrix, Cat, per-class scores)
 as arrays of the home and scalar results as Python floats; it may wait for
@@ -67,9 +68,9 @@ from array_api_compat import device as array_device
 from array_api_compat import is_jax_array, is_torch_array
 
 from .. import _capi
-from ..errors import UnavailableError
 from .._host import device_key, is_host, to_host
 from ..arrays import namespace
+from ..errors import UnavailableError
 from .sync import Entry, StateSpec, start_sync
 
 __all__ = ["Metric", "run_kernel", "to_numpy"]
