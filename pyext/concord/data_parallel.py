@@ -289,7 +289,7 @@ def _shard_dim(shape, count):
     return max(divisible, key=lambda dim: (shape[dim], dim)) if divisible else None
 
 
-def shard_params(params, axis_name, *, mesh=None, min_weight_size=MIN_WEIGHT_SIZE):
+def shard_params(params, axis_name, min_weight_size=MIN_WEIGHT_SIZE, *, mesh=None):
     """Each rank keeps its block of every large parameter, split over
     `axis_name` (the xlstm-jax rule).
 
@@ -328,17 +328,30 @@ def shard_params(params, axis_name, *, mesh=None, min_weight_size=MIN_WEIGHT_SIZ
     return result
 
 
-def gather_params(params, axis_name, *, mesh=None, gather_dtype=None):
+def gather_params(params, axis_name, gather_dtype=None, grad_scatter_dtype=None, *, mesh=None):
     """The full parameters from ShardedArray leaves sharded over
     `axis_name`: one fused all-gather per array kind along each leaf's
     split dimension. With `gather_dtype` the blocks are cast before the
-    gather (the results have that dtype). Other leaves pass through."""
+    gather (the results have that dtype). Other leaves pass through.
+
+    Blocks that are JAX tracers (under jax.grad, inside jax.jit) are
+    gathered by concord.jax, one leaf at a time, with xlstm-jax's
+    gradient: the gradient of a gathered leaf is reduce-scattered back to
+    the blocks with a mean over the ranks, in `grad_scatter_dtype` (None:
+    the block's dtype), and cast to the block's dtype. Other arrays carry
+    no gradients: `grad_scatter_dtype` has nothing to act on there."""
     names = _axis_names_tuple(axis_name)
     comm = axis_comm(axis_name, mesh)
     leaves, treespec = optree.tree_flatten(params)
     picked = [i for i, leaf in enumerate(leaves)
               if isinstance(leaf, ShardedArray) and _axis_names_tuple(leaf.axis_name) == names]
     _check_same_tree("gather_params", treespec, leaves, comm)
+    if traced([leaves[i].local for i in picked]):
+        from .jax import _trees
+        for i in picked:
+            leaves[i] = _trees.gather_with_mean_grads(leaves[i].local, leaves[i].dim, comm,
+                                                      gather_dtype, grad_scatter_dtype)
+        return optree.tree_unflatten(treespec, leaves)
     blocks = fused_all_gather([_cast(as_array(leaves[i].local), gather_dtype) for i in picked],
                               comm)
     for index, stacked in zip(picked, blocks):
@@ -346,22 +359,28 @@ def gather_params(params, axis_name, *, mesh=None, gather_dtype=None):
     return optree.tree_unflatten(treespec, leaves)
 
 
-def gather_array_with_mean_grads(x, axis, axis_name, *, mesh=None, gather_dtype=None,
-                                 grad_scatter_dtype=None):
+def gather_array_with_mean_grads(x, axis, axis_name, gather_dtype=None, grad_scatter_dtype=None,
+                                 *, mesh=None):
     """(full, backward): `x` all-gathered along `axis` over `axis_name`
     (cast to `gather_dtype` first, if given), and the matching backward.
 
     backward(grad_full) reduce-scatters grad_full along `axis` with a mean
-    over the ranks (in `grad_scatter_dtype`, if given) and casts the result
-    back to x's dtype: each rank gets the mean of all ranks' gradients for
-    its own block. Both are collectives over `axis_name`.
+    over the ranks, in `grad_scatter_dtype` (None: x's dtype, as in
+    xlstm-jax), and casts the result back to x's dtype: each rank gets the
+    mean of all ranks' gradients for its own block. Both are collectives over `axis_name`. When `x` is a
+    JAX tracer (under jax.grad, inside jax.jit), `full` also carries that
+    backward as its derivative, as xlstm-jax's result does.
     """
     comm = axis_comm(axis_name, mesh)
+    if traced([x]):
+        from .jax import _trees
+        return _trees.gather_with_backward(x, axis, comm, gather_dtype, grad_scatter_dtype)
     x = as_array(x)
     full = collectives.all_gather(_cast(x, gather_dtype), axis=axis, comm=comm)
 
     def backward(grad_full):
-        grad = _cast(as_array(grad_full), grad_scatter_dtype)
+        grad = _cast(as_array(grad_full), x.dtype if grad_scatter_dtype is None
+                     else grad_scatter_dtype)
         return _cast(collectives.reduce_scatter(grad, "mean", axis=axis, comm=comm), x.dtype)
 
     return full, backward
@@ -533,15 +552,14 @@ class DataParallel:
         """Every rank gets `root`'s params (see replicate_params)."""
         return replicate_params(params, self._pick(mesh), root)
 
-    def shard_params(self, params, axis_name=None, *, min_weight_size=MIN_WEIGHT_SIZE):
+    def shard_params(self, params, axis_name=None, min_weight_size=MIN_WEIGHT_SIZE):
         """See shard_params; the axis defaults to the data axis (ZeRO-3)."""
-        return shard_params(params, axis_name or self.data_axis, mesh=self.mesh,
-                            min_weight_size=min_weight_size)
+        return shard_params(params, axis_name or self.data_axis, min_weight_size, mesh=self.mesh)
 
-    def gather_params(self, params, axis_name=None, *, gather_dtype=None):
+    def gather_params(self, params, axis_name=None, gather_dtype=None, grad_scatter_dtype=None):
         """See gather_params; the axis defaults to the data axis."""
-        return gather_params(params, axis_name or self.data_axis, mesh=self.mesh,
-                             gather_dtype=gather_dtype)
+        return gather_params(params, axis_name or self.data_axis, gather_dtype,
+                             grad_scatter_dtype, mesh=self.mesh)
 
     def sync_gradients(self, grads, axis_names=None):
         """See sync_gradients; the axes default to all the mesh's axes."""

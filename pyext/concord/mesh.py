@@ -19,6 +19,7 @@ import contextvars
 import math
 import operator
 import threading
+import types
 
 from . import _world
 from .errors import InvalidArgumentError
@@ -295,9 +296,25 @@ class NamedSharding:
         return f"NamedSharding({self.mesh!r}, {self.spec!r})"
 
 
+class _ClassCallable:
+    """A DeviceMeshManager method that may also be called on the class, as
+    datarax's static methods are: it then runs on a new manager of the world."""
+
+    def __init__(self, function):
+        self._function = function
+        self.__doc__ = function.__doc__
+        self.__name__ = function.__name__
+
+    def __get__(self, manager, owner):
+        return types.MethodType(self._function, manager if manager is not None else owner())
+
+
 class DeviceMeshManager:
     """Builds meshes over a communicator (the world by default), with the
-    artifex DeviceMeshManager's methods. Every mesh covers every rank."""
+    artifex DeviceMeshManager's methods. Every mesh covers every rank. The
+    mesh-building methods and get_mesh_info may be called on the class
+    itself (datarax's form: DeviceMeshManager.create_data_parallel_mesh()),
+    for the world."""
 
     def __init__(self, comm=None):
         self._comm = comm
@@ -311,6 +328,7 @@ class DeviceMeshManager:
     def _resolved_comm(self):
         return self._comm if self._comm is not None else _world.current()
 
+    @_ClassCallable
     def create_device_mesh(self, mesh_shape):
         """A mesh from {axis name: size} or [(axis name, size), ...]."""
         items = list(mesh_shape.items() if isinstance(mesh_shape, dict) else mesh_shape)
@@ -318,14 +336,17 @@ class DeviceMeshManager:
                                comm=self._resolved_comm())
         return self._last
 
+    @_ClassCallable
     def create_data_parallel_mesh(self, num_devices=None, axis_name="data"):
         """A 1-D mesh over every rank (num_devices, if given, must be their number)."""
         return self.create_device_mesh({axis_name: self._count(num_devices)})
 
+    @_ClassCallable
     def create_model_parallel_mesh(self, num_devices=None, axis_name="model"):
         """A 1-D mesh over every rank named for model parallelism."""
         return self.create_device_mesh({axis_name: self._count(num_devices)})
 
+    @_ClassCallable
     def create_hybrid_mesh(self, data_parallel_size=1, model_parallel_size=1,
                            data_axis="data", model_axis="model"):
         """A (data, model) mesh; the sizes must multiply to the number of ranks."""
@@ -335,6 +356,7 @@ class DeviceMeshManager:
     def _count(self, num_devices):
         return self.num_devices if num_devices is None else num_devices
 
+    @_ClassCallable
     def get_mesh_info(self, mesh=None):
         """{"total_devices": ranks, "axes": {name: size}} of `mesh`, else of
         the last mesh this manager built, else of its communicator."""

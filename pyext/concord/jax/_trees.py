@@ -1,16 +1,19 @@
 """Pytrees of JAX arrays reduced or gathered across ranks inside jax.jit:
 what concord.metrics' functional reductions and concord.data_parallel's
 gradient reductions do when they are handed tracers. One collective per
-(op, dtype) on the leaves packed into one buffer, as outside jit.
+(op, dtype) on the leaves packed into one buffer, as outside jit. And the
+parameter gathers of concord.data_parallel (gather_params,
+gather_array_with_mean_grads) on tracers, whose gradients are xlstm-jax's.
 """
 
 import jax
 import jax.numpy as jnp
 
 from .._pytree import group_indices, pack, unpack
-from ._collectives import all_gather, all_reduce
+from ._collectives import all_gather, all_reduce, reduce_scatter
 
-__all__ = ["gather_leaves", "reduce_leaves", "reduce_metric_leaves"]
+__all__ = ["gather_leaves", "gather_with_backward", "gather_with_mean_grads", "reduce_leaves",
+           "reduce_metric_leaves"]
 
 
 def reduce_leaves(leaves, ops, comm):
@@ -59,3 +62,40 @@ def gather_leaves(leaves, comm):
         for index, part in zip(indices, unpack(gathered, members)):
             results[index] = part
     return results
+
+
+def _mean_scatter(cotangent, axis, comm, grad_scatter_dtype, dtype):
+    """xlstm-jax's gradient of a gathered block: the cotangent, cast to
+    grad_scatter_dtype (None: `dtype`, the block's), reduce-scattered along
+    `axis` with a mean over the ranks, cast to `dtype`."""
+    cotangent = cotangent.astype(dtype if grad_scatter_dtype is None else grad_scatter_dtype)
+    return reduce_scatter(cotangent, "mean", axis=axis, comm=comm).astype(dtype)
+
+
+def gather_with_mean_grads(x, axis, comm, gather_dtype=None, grad_scatter_dtype=None):
+    """`x` all-gathered along `axis` (tiled; cast to gather_dtype first),
+    differentiated as xlstm-jax's gather: by _mean_scatter (a mean over the
+    ranks, not jax.lax.all_gather's sum)."""
+    dtype = x.dtype
+
+    @jax.custom_vjp
+    def gather(x):
+        return all_gather(x if gather_dtype is None else x.astype(gather_dtype), axis=axis,
+                          comm=comm)
+
+    def forward(x):
+        return gather(x), None
+
+    def backward(_, cotangent):
+        return (_mean_scatter(cotangent, axis, comm, grad_scatter_dtype, dtype),)
+
+    gather.defvjp(forward, backward)
+    return gather(x)
+
+
+def gather_with_backward(x, axis, comm, gather_dtype=None, grad_scatter_dtype=None):
+    """(gather_with_mean_grads(x, ...), its backward: grad_full -> the
+    gradient of x)."""
+    full = gather_with_mean_grads(x, axis, comm, gather_dtype, grad_scatter_dtype)
+    return full, lambda grad_full: _mean_scatter(jnp.asarray(grad_full), axis, comm,
+                                                 grad_scatter_dtype, x.dtype)

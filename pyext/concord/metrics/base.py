@@ -42,7 +42,8 @@ library (torch CPU scores with NumPy labels, say) are host data that joins
 that library's home, as the kernels read both where they are; beside
 device arrays they are refused. Plain Python values (scalars, lists) carry
 no home and are converted into the metric's (copied to the device for a
-GPU home). reset() keeps the home.
+GPU home). reset() keeps the home; to(device) moves the states into the
+home on that device (torchmetrics' Metric.to).
 
 compute() returns array results (ConfusionMatrix, Cat, per-class scores)
 as arrays of the home and scalar results as Python floats; it may wait for
@@ -58,6 +59,8 @@ device, or a sync with GPU peers raises MismatchError.
 
 from __future__ import annotations
 
+import importlib
+import re
 import warnings
 
 import numpy as np
@@ -67,6 +70,7 @@ from array_api_compat import is_jax_array, is_torch_array
 from .. import _capi
 from .._host import device_key, is_host, to_host
 from ..arrays import namespace
+from ..errors import UnavailableError
 from .sync import Entry, StateSpec, start_sync
 
 __all__ = ["Metric", "run_kernel", "to_numpy"]
@@ -90,14 +94,15 @@ def to_numpy(x):
 
 
 class _Home:
-    """Where a metric's states live: an array namespace and a device."""
+    """Where a metric's states live: an array namespace (of `library`) and a device."""
 
-    __slots__ = ("xp", "device", "name", "on_host")
+    __slots__ = ("xp", "library", "device", "name", "on_host")
 
-    def __init__(self, xp, device, name, on_host):
+    def __init__(self, xp, library, device, on_host, name=None):
         self.xp = xp
+        self.library = library
         self.device = device
-        self.name = name
+        self.name = name or f"{library} arrays on {device}"
         self.on_host = on_host
 
     def same(self, other):
@@ -108,6 +113,10 @@ class _Home:
         if self.xp is np:
             return array
         return self.xp.asarray(array, device=self.device, copy=True)
+
+    def move(self, array):
+        """A copy of a state of any home in this one."""
+        return self.put(array if isinstance(array, np.ndarray) else to_host(array))
 
     def take(self, array):
         """Host input data (a NumPy array) as an array of this home: shared,
@@ -121,7 +130,7 @@ class _Home:
         return self.xp.asarray(array)
 
 
-NUMPY_HOME = _Home(np, "cpu", "NumPy arrays (host)", True)
+NUMPY_HOME = _Home(np, "numpy", "cpu", True, "NumPy arrays (host)")
 
 
 # Homes by (array type, device): where an array lives is then read once per
@@ -166,8 +175,71 @@ def _find_home(x):
         raise ValueError(f"metrics: {library} arrays on {device_key(x)[0]} are not of an "
                          "array-API library (array-api-compat); metric states cannot live "
                          "with them") from None
-    device = array_device(x)
-    return _Home(xp, device, f"{library} arrays on {device}", is_host(x))
+    return _Home(xp, library, array_device(x), is_host(x))
+
+
+_DEVICE_FORMS = ("'cpu', 'cuda', 'cuda:N', an int N (CUDA device N), a torch.device or a "
+                 "cupy.cuda.Device")
+
+
+def _parsed_device(device):
+    """(library or None, "cpu" or "cuda", index or None) of a Metric.to()
+    argument: device objects name their library, strings and ints none."""
+    kind = type(device)
+    library = kind.__module__.split(".")[0]
+    if library == "torch" and kind.__name__ == "device":
+        parsed = ("torch", device.type, device.index)
+    elif library == "cupy" and kind.__name__ == "Device":
+        parsed = ("cupy", "cuda", device.id)
+    elif isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+        parsed = (None, "cuda", device)
+    elif isinstance(device, str) and (match := re.fullmatch(r"(cpu|cuda)(?::(\d+))?", device)):
+        index = match.group(2)
+        parsed = (None, match.group(1), None if index is None else int(index))
+    else:
+        parsed = (None, None, None)
+    if parsed[1] not in ("cpu", "cuda"):
+        raise ValueError(f"Metric.to: unknown device {device!r}; expected {_DEVICE_FORMS}")
+    return parsed
+
+
+def _cuda_probe(library, index):
+    """An empty array of `library` ("torch" or "cupy") on CUDA device
+    `index` (None: the library's current one); UnavailableError when that
+    device is not there."""
+    try:
+        module = importlib.import_module(library)
+    except ImportError:
+        raise UnavailableError(f"Metric.to: CUDA states need {library}, which is not "
+                               "installed") from None
+    if library == "torch":
+        count = module.cuda.device_count() if module.cuda.is_available() else 0
+    else:
+        try:
+            count = module.cuda.runtime.getDeviceCount()
+        except module.cuda.runtime.CUDARuntimeError:
+            count = 0
+    if count == 0 or (index is not None and index >= count):
+        wanted = "a CUDA device" if index is None else f"CUDA device {index}"
+        raise UnavailableError(f"Metric.to: {wanted} is not there: {library} sees {count}")
+    if library == "torch":
+        return module.empty(0, device="cuda" if index is None else f"cuda:{index}")
+    with module.cuda.Device(module.cuda.Device().id if index is None else index):
+        return module.empty(0)
+
+
+def _home_on(device, current):
+    """The home Metric.to(device) moves states into from `current` (see to())."""
+    library, kind, index = _parsed_device(device)
+    if kind == "cpu":
+        if current.on_host:
+            return current
+        if "torch" in (library, current.library):
+            return _find_home(importlib.import_module("torch").empty(0))
+        return NUMPY_HOME
+    if library is None:
+        library = current.library if current.library in ("torch", "cupy") else "torch"
+    return _find_home(_cuda_probe(library, index))
 
 
 def _fresh_window(spec, home):
@@ -284,19 +356,27 @@ class Metric:
         return converted
 
     def _adopt(self, home):
-        """Moves the states into `home` (the first update's)."""
-        if home.xp is not np:
+        """Moves the states into `home` (the first update's, or to()'s)."""
+        if not home.same(self._where):
             for name, spec in self._specs.items():
                 if self._pristine:
                     self._synced[name] = spec.identity(home.xp, home.device)
                     self._window[name] = _fresh_window(spec, home)
                     continue
-                self._synced[name] = home.put(self._synced[name])
+                self._synced[name] = home.move(self._synced[name])
                 window = self._window[name]
-                self._window[name] = ([home.put(part) for part in window] if spec.op == "cat"
-                                      else home.put(window))
-            self._spare = {}
+                self._window[name] = ([home.move(part) for part in window] if spec.op == "cat"
+                                      else home.move(window))
+            self._spare = {}  # buffers of the old home
         self._home = home
+
+    def _home_for(self, device):
+        """The home to(device) moves the states into; raises before anything moves."""
+        return _home_on(device, self._where)
+
+    def _move_to(self, home):
+        if home is not self._where:  # a host target leaves a metric with no home without one
+            self._adopt(home)
 
     def _window_value(self, name):
         window = self._window[name]
@@ -357,14 +437,17 @@ class Metric:
         entries = self._entries(())
         self._hand_over(start_sync(entries, comm), entries)
 
-    def wait_sync(self):
+    def wait_sync(self, comm=None):
         """Waits for the sync started by trigger_sync() and folds the data of
         all ranks into the synced state. If the collective fails, the error
         is raised and the window is as it was (the collectives reduced
-        copies): nothing is lost."""
+        copies): nothing is lost. `comm`, when given, must be the
+        communicator of the sync (d9d passes its context to both calls):
+        InvalidArgumentError otherwise, and the sync is still pending."""
         if self._pending is None:
             raise RuntimeError(f"{type(self).__name__}.wait_sync() without trigger_sync()")
         pending, entries = self._pending
+        pending.check_comm(comm, f"{type(self).__name__}.wait_sync")
         self._pending = None
         results = pending.wait()
         for entry in entries:
@@ -376,6 +459,23 @@ class Metric:
             else:
                 entry.spec.clear(self._window[name])
                 self._spare[name] = results[entry.key]
+
+    def to(self, device):
+        """Moves the states to `device` and returns the metric (torchmetrics'
+        and d9d's Metric.to); later updates must come from there.
+
+        `device` is "cpu", "cuda", "cuda:N", an int N (CUDA device N), a
+        torch.device or a cupy.cuda.Device. To the host, states on the host
+        stay as they are (NumPy or torch CPU); torch CUDA states become
+        torch CPU ones, CuPy states NumPy ones. To a GPU, states go to the
+        library the device object names, else to the home's own GPU library
+        (torch or CuPy), else to torch. A metric with no home yet gets the
+        one on the GPU (a host target leaves it without). Unknown devices
+        raise ValueError, a GPU that is not there UnavailableError, before
+        anything moves."""
+        self._check_idle("to")
+        self._move_to(self._home_for(device))
+        return self
 
     def sync(self, comm=None):
         """trigger_sync() then wait_sync()."""

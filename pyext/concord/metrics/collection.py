@@ -78,12 +78,14 @@ class MetricCollection(Mapping):
         for name, metric in self._metrics.items():
             metric._hand_over(pending, entries[name])
 
-    def wait_sync(self):
+    def wait_sync(self, comm=None):
         """Completes the sync of every metric; on failure every metric keeps
-        its window and the first error is raised."""
+        its window and the first error is raised. `comm`, when given, must
+        be the communicator of the sync (as Metric.wait_sync)."""
         waiting = [m for m in self._metrics.values() if m._pending is not None]
         if not waiting:
             raise RuntimeError("MetricCollection.wait_sync() without trigger_sync()")
+        waiting[0]._pending[0].check_comm(comm, "MetricCollection.wait_sync")
         first_error = None
         for metric in waiting:
             try:
@@ -96,6 +98,17 @@ class MetricCollection(Mapping):
     def sync(self, comm=None):
         self.trigger_sync(comm)
         self.wait_sync()
+
+    def to(self, device):
+        """Moves every metric's states to `device` (see Metric.to) and
+        returns the collection; an unknown or absent device moves none."""
+        homes = []
+        for metric in self._metrics.values():
+            metric._check_idle("to")
+            homes.append(metric._home_for(device))
+        for metric, home in zip(self._metrics.values(), homes):
+            metric._move_to(home)
+        return self
 
     def compute(self):
         return {name: metric.compute() for name, metric in self._metrics.items()}

@@ -243,9 +243,10 @@ def _gather_leaves(what, treedef, leaves, axis_name):
     return fused_all_gather(copies, comm) if copies else []
 
 
-def all_gather(metrics, *, axis_name=None):
+def all_gather(metrics, axis_name=None):
     """Every leaf with a new leading rank axis: (ranks, *shape), in the
-    leaf's array type (Python and NumPy scalars become NumPy arrays)."""
+    leaf's array type (Python and NumPy scalars become NumPy arrays).
+    `axis_name` may be passed by position, as datarax's all_gather takes it."""
     leaves, treedef = optree.tree_flatten(metrics)
     stacked = _gather_leaves("all_gather", treedef, leaves, axis_name)
     results = [s if isinstance(leaf, (*_PYTHON_SCALARS, np.generic)) else _restore(leaf, s)

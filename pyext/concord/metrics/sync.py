@@ -31,6 +31,8 @@ from array_api_compat import device as array_device
 
 from .. import _world, collectives
 from .._host import device_key
+from ..communicator import Communicator
+from ..errors import InvalidArgumentError
 from .._pytree import agree, group_indices
 from ..arrays import namespace
 
@@ -242,16 +244,26 @@ def _reduction_copy(entry):
 
 
 class PendingSync:
-    """The collectives of one sync in flight. ``wait()`` may be called by
-    every metric taking part: it waits once and returns the same results
-    (or raises the same error) every time."""
+    """The collectives of one sync in flight over `comm`. ``wait()`` may be
+    called by every metric taking part: it waits once and returns the same
+    results (or raises the same error) every time."""
 
-    def __init__(self, reduced, works, cat_finishes):
+    def __init__(self, comm, reduced, works, cat_finishes):
+        self.comm = comm
         self._reduced = reduced  # {key: the reduced copy of a sum/max/min window}
         self._works = works
         self._cat_finishes = cat_finishes
         self._results = None
         self._error = None
+
+    def check_comm(self, comm, what):
+        """Raises InvalidArgumentError unless `comm` is None or the
+        communicator this sync runs on (d9d passes its context to
+        wait_sync as to trigger_sync)."""
+        if comm is not None and comm is not self.comm:
+            raise InvalidArgumentError(
+                f"{what}: the sync was triggered on another communicator ({self.comm!r}, "
+                f"here {comm!r}); pass the one given to trigger_sync(), or None")
 
     def wait(self):
         """{key: this state's data over all ranks since their last sync}."""
@@ -274,10 +286,15 @@ class PendingSync:
 def start_sync(entries, comm=None):
     """Starts the collectives syncing `entries` over `comm` (the world when
     None) and returns a PendingSync. Raises MismatchError, before anything
-    asynchronous starts, when ranks disagree on the states.
+    asynchronous starts, when ranks disagree on the states, and
+    InvalidArgumentError, before any communication, when `comm` is neither
+    None nor a Communicator.
 
     One collective per reduce op and device: the states of every metric on
     the host in one, those on a GPU in another."""
+    if comm is not None and not isinstance(comm, Communicator):
+        raise InvalidArgumentError(f"metric sync: comm must be a concord Communicator or None "
+                                   f"(the world), got a {type(comm).__name__}")
     comm = _world.current() if comm is None else comm
     cats = [e for e in entries if e.spec.op == "cat"]
     devices = {id(e): device_key(e.window) for e in entries}  # read once: slow for torch
@@ -295,7 +312,7 @@ def start_sync(entries, comm=None):
         for group in _by_device(cats, devices):
             columns = [column[id(e)] for e in group]
             finishes.append(_start_cat_gather(comm, group, rows[:, columns]))
-    return PendingSync(reduced, works, finishes)
+    return PendingSync(comm, reduced, works, finishes)
 
 
 def _start_cat_gather(comm, cats, rows):
