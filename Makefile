@@ -48,6 +48,9 @@ bench: install
 	$(PYTHON) bench/metrics_sync.py
 	$(PYTHON) bench/gpu.py
 	$(PYTHON) bench/jax_jit.py
+	$(PYTHON) bench/ddp.py
+	$(PYTHON) bench/multihost.py
+	$(PYTHON) bench/store_load.py
 
 clean:
 	rm -rf $(BUILD)
