@@ -33,7 +33,9 @@ using Clock = std::chrono::steady_clock;
 // Waiting: a short spin catches peers running on other cores; yielding lets
 // peers that share our core run (4 ranks on 2 cores); then sleep on a futex.
 // With more ranks than cores a peer we wait for is usually not running, so
-// spinning only delays it: yield at once.
+// spinning only delays it: yield at once. The same holds for a peer the
+// scheduler placed on our CPU, which happens with few ranks too when other
+// processes keep the cores busy.
 constexpr int kSpinIterations = 256;
 constexpr int kYieldIterations = 64;
 
@@ -246,20 +248,24 @@ void ShmBackend::check_descriptors(const Step& step, OpLabel label) {
 
 void ShmBackend::sync(OpLabel label) {
   const std::uint32_t target = ++step_;
+  const int cpu = sched_getcpu();
+  controls_[rank_].cpu.store(cpu, std::memory_order_relaxed);
   controls_[rank_].step.store(target, std::memory_order_seq_cst);
   if (header_->sleepers.load(std::memory_order_seq_cst) != 0)
     futex_wake_all(&controls_[rank_].step);
   for (int peer = 0; peer < nranks_; ++peer)
-    if (peer != rank_) wait_for_rank(peer, target, label);
+    if (peer != rank_) wait_for_rank(peer, target, cpu, label);
 }
 
-void ShmBackend::wait_for_rank(int peer, std::uint32_t target, OpLabel label) {
+void ShmBackend::wait_for_rank(int peer, std::uint32_t target, int cpu, OpLabel label) {
   std::atomic<std::uint32_t>& word = controls_[peer].step;
   auto reached = [&] {
     return static_cast<std::int32_t>(word.load(std::memory_order_acquire) - target) >= 0;
   };
   if (reached()) return;
-  for (int i = 0; i < spin_iterations_; ++i) {
+  const bool shares_cpu = cpu >= 0 && controls_[peer].cpu.load(std::memory_order_relaxed) == cpu;
+  const int spins = shares_cpu ? 0 : spin_iterations_;
+  for (int i = 0; i < spins; ++i) {
     cpu_relax();
     if (reached()) return;
   }

@@ -88,7 +88,8 @@ class ShmBackend final : public Backend {
   void check_descriptors(const Step& step, OpLabel label);
   // Publishes this rank's step and waits until every rank published it.
   void sync(OpLabel label);
-  void wait_for_rank(int peer, std::uint32_t target, OpLabel label);
+  // `cpu`: the one this rank runs on (sched_getcpu), -1 if unknown.
+  void wait_for_rank(int peer, std::uint32_t target, int cpu, OpLabel label);
   [[noreturn]] void fail_waiting(OpLabel label, std::uint32_t target, StatusCode code,
                                  const std::string& why);
   // Aborts the communicator (so the peers fail too) and throws.
