@@ -463,7 +463,7 @@ TEST_CASE("an interrupt check applies to the thread that installed it only", "[s
   });
 }
 
-TEST_CASE("large all_gather and broadcast read the peers' buffers once, with the same results",
+TEST_CASE("large all_gather, reduce_scatter and broadcast read the peers' buffers once, with the same results",
           "[shm]") {
   // Single-copy reads (process_vm_readv) and the segment give the same
   // bytes, at sizes around the switch between them and for every root;
@@ -497,6 +497,18 @@ TEST_CASE("large all_gather and broadcast read the peers' buffers once, with the
           const HostTensor expected = random_buffer(DType::kFloat32, n, seed_of(root, 7 * int(n) + root));
           if (x.values() != expected.values()) failures[r] = concat("broadcast ", n, " root ", root);
         }
+        // Block r of every rank's input, summed here in double.
+        HostTensor input = random_buffer(DType::kFloat32, 3 * n, seed_of(r, 11 * int(n)));
+        HostTensor block(DType::kFloat32, {std::int64_t(n)});
+        comm.reduce_scatter(input.view(), block.view(), ReduceOp::kSum, false);
+        std::vector<double> expected(n, 0.0);
+        for (int q = 0; q < 3; ++q) {
+          const HostTensor theirs = random_buffer(DType::kFloat32, 3 * n, seed_of(q, 11 * int(n)));
+          for (std::size_t i = 0; i < n; ++i) expected[i] += theirs.get(r * n + i);
+        }
+        for (std::size_t i = 0; i < n; ++i)
+          if (std::abs(block.get(i) - expected[i]) > 1e-5 * (1 + std::abs(expected[i])))
+            failures[r] = concat("reduce_scatter ", n, " at ", i);
       }
     });
     for (const auto& f : failures) CHECK(f == "");

@@ -447,9 +447,11 @@ void ShmBackend::all_gather(const OpContext& ctx, const void* send, void* recv, 
 
 void ShmBackend::reduce_scatter(const OpContext& ctx, const void* send, void* recv, std::size_t count,
                                 DType dtype, ReduceOp op) {
+  const std::size_t elem = dtype_size(dtype);
+  if (single_copy_ && count * elem >= config_.single_copy_bytes)
+    return reduce_scatter_single_copy(ctx, send, recv, count, dtype, op);
   const OpLabel label = ctx.label;
   begin(label);
-  const std::size_t elem = dtype_size(dtype);
   // Each step moves `block` elements of every rank's block; a slot holds one
   // such piece per destination rank.
   const std::size_t block = config_.slot_bytes / (elem * nranks_);
@@ -520,6 +522,41 @@ void ShmBackend::all_gather_single_copy(const OpContext& ctx, const void* send, 
   for (int k = 1; k < nranks_; ++k) {
     const int q = (rank_ + k) % nranks_;
     read_peer(label, q, out + q * bytes, descriptor(step.buffer, q).address, bytes);
+  }
+  sync(label);
+}
+
+// Large reduce-scatters: every rank reads its block of each peer's input
+// straight into its own slot, a chunk at a time, and reduces it while it is
+// still in cache. Each input byte crosses memory once, where going through
+// the segment copies it there and reads it back.
+void ShmBackend::reduce_scatter_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                            std::size_t count, DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
+  begin(label);
+  const std::size_t elem = dtype_size(dtype);
+  const Step step = next_step();
+  publish_descriptor(step, ctx, CallKind::kReduceScatter, count, send);
+  sync(label);
+  check_descriptors(step, label);
+  // The slot holds one chunk per peer; no peer reads it in this algorithm.
+  const std::size_t chunk = config_.slot_bytes / (elem * (nranks_ - 1));
+  const char* mine = static_cast<const char*>(send) + rank_ * count * elem;
+  char* out = static_cast<char*>(recv);
+  char* scratch = slot(step.buffer, rank_);
+  for (std::size_t offset = 0; offset < count; offset += chunk) {
+    const std::size_t n = std::min(chunk, count - offset);
+    const std::uint64_t block = (rank_ * count + offset) * elem;
+    for (int q = 0, k = 0; q < nranks_; ++q) {
+      if (q == rank_) {
+        sources_[q] = mine + offset * elem;
+        continue;
+      }
+      char* into = scratch + static_cast<std::size_t>(k++) * chunk * elem;
+      read_peer(label, q, into, descriptor(step.buffer, q).address + block, n * elem);
+      sources_[q] = into;
+    }
+    cpu::reduce_sources(out + offset * elem, sources_.data(), nranks_, n, dtype, op, nranks_);
   }
   sync(label);
 }
