@@ -40,8 +40,10 @@ struct alignas(kCacheLine) RankControl {
 // Mismatch instead of hanging or reading each other's bytes as something
 // else.
 struct alignas(kCacheLine) Descriptor : CallRecord {
-  // Single-copy transfers: the buffer peers read (not compared).
+  // Single-copy transfers: the buffer peers read (not compared), and for
+  // all_reduce the result they read once it is reduced.
   std::uint64_t address;
+  std::uint64_t result;
 };
 
 struct alignas(kCacheLine) Header {

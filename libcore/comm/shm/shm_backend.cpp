@@ -356,8 +356,41 @@ void ShmBackend::all_reduce(const OpContext& ctx, const void* send, void* recv, 
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes <= std::min(config_.one_shot_bytes, config_.slot_bytes))
     all_reduce_one_shot(ctx, send, recv, count, dtype, op);
+  else if (single_copy_ && bytes / nranks_ >= config_.single_copy_bytes)
+    all_reduce_single_copy(ctx, send, recv, count, dtype, op);
   else
     all_reduce_pipelined(ctx, send, recv, count, dtype, op);
+}
+
+// Large messages, reading the peers' memory: each rank reduces its part
+// from every peer's input (reduce_from_peers), then, once all parts are
+// reduced, reads the others' parts from their results. Each part is
+// reduced by one rank only, so every rank gets the same bits. In place, a
+// rank's part of its input is overwritten only by its own reduction, and
+// the other parts only after every peer has read them.
+void ShmBackend::all_reduce_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                       std::size_t count, DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
+  const std::size_t elem = dtype_size(dtype);
+  const Step step = next_step();
+  publish_descriptor(step, ctx, CallKind::kAllReduce, count, send);
+  descriptor(step.buffer, rank_).result = reinterpret_cast<std::uint64_t>(recv);
+  sync(label);
+  check_descriptors(step, label);
+  const Range own = part_of(rank_, count, nranks_, elem);
+  char* out = static_cast<char*>(recv);
+  if (own.size() != 0)
+    reduce_from_peers(label, step, static_cast<const char*>(send) + own.begin * elem,
+                      own.begin * elem, out + own.begin * elem, own.size(), dtype, op);
+  sync(label);
+  for (int k = 1; k < nranks_; ++k) {
+    const int q = (rank_ + k) % nranks_;
+    const Range part = part_of(q, count, nranks_, elem);
+    if (part.size() != 0)
+      read_peer(label, q, out + part.begin * elem,
+                descriptor(step.buffer, q).result + part.begin * elem, part.size() * elem);
+  }
+  sync(label);  // every result stays as it is until all peers have read it
 }
 
 // Small messages: every rank publishes all its data and reduces everything;
@@ -527,9 +560,7 @@ void ShmBackend::all_gather_single_copy(const OpContext& ctx, const void* send, 
 }
 
 // Large reduce-scatters: every rank reads its block of each peer's input
-// straight into its own slot, a chunk at a time, and reduces it while it is
-// still in cache. Each input byte crosses memory once, where going through
-// the segment copies it there and reads it back.
+// straight from the peer's memory and reduces it.
 void ShmBackend::reduce_scatter_single_copy(const OpContext& ctx, const void* send, void* recv,
                                             std::size_t count, DType dtype, ReduceOp op) {
   const OpLabel label = ctx.label;
@@ -539,26 +570,39 @@ void ShmBackend::reduce_scatter_single_copy(const OpContext& ctx, const void* se
   publish_descriptor(step, ctx, CallKind::kReduceScatter, count, send);
   sync(label);
   check_descriptors(step, label);
-  // The slot holds one chunk per peer; no peer reads it in this algorithm.
+  const std::size_t block = rank_ * count * elem;
+  reduce_from_peers(label, step, static_cast<const char*>(send) + block, block, recv, count, dtype,
+                    op);
+  sync(label);  // every input stays alive until all peers have read it
+}
+
+// Reads `count` elements at byte `offset` of every peer's published buffer
+// into this rank's slot, a chunk at a time, and reduces each chunk with
+// `mine` into `out` while it is still in cache: each byte a peer
+// contributes crosses memory once, where going through the segment copies
+// it there and reads it back. Sources are combined in rank order.
+void ShmBackend::reduce_from_peers(OpLabel label, const Step& step, const char* mine,
+                                   std::uint64_t offset, void* out, std::size_t count, DType dtype,
+                                   ReduceOp op) {
+  const std::size_t elem = dtype_size(dtype);
+  // The slot holds one chunk per peer; no peer reads it in these algorithms.
   const std::size_t chunk = config_.slot_bytes / (elem * (nranks_ - 1));
-  const char* mine = static_cast<const char*>(send) + rank_ * count * elem;
-  char* out = static_cast<char*>(recv);
   char* scratch = slot(step.buffer, rank_);
-  for (std::size_t offset = 0; offset < count; offset += chunk) {
-    const std::size_t n = std::min(chunk, count - offset);
-    const std::uint64_t block = (rank_ * count + offset) * elem;
+  for (std::size_t done = 0; done < count; done += chunk) {
+    const std::size_t n = std::min(chunk, count - done);
     for (int q = 0, k = 0; q < nranks_; ++q) {
       if (q == rank_) {
-        sources_[q] = mine + offset * elem;
+        sources_[q] = mine + done * elem;
         continue;
       }
       char* into = scratch + static_cast<std::size_t>(k++) * chunk * elem;
-      read_peer(label, q, into, descriptor(step.buffer, q).address + block, n * elem);
+      read_peer(label, q, into, descriptor(step.buffer, q).address + offset + done * elem,
+                n * elem);
       sources_[q] = into;
     }
-    cpu::reduce_sources(out + offset * elem, sources_.data(), nranks_, n, dtype, op, nranks_);
+    cpu::reduce_sources(static_cast<char*>(out) + done * elem, sources_.data(), nranks_, n, dtype,
+                        op, nranks_);
   }
-  sync(label);
 }
 
 void ShmBackend::broadcast_single_copy(const OpContext& ctx, const void* send, void* recv,
