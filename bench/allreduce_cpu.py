@@ -374,10 +374,10 @@ def copy_bytes(op: str, nbytes: int, n: int) -> float:
     all_gather and broadcast write the whole result from inputs read once;
     reduce_scatter reads the whole input and writes its 1/n part (as much
     traffic as copying (1 + 1/n)/2 of it); all_reduce reduces its 1/n share
-    that way, then gathers the whole result."""
+    that way, then copies the other n - 1 shares of the result."""
     reduce_part = (nbytes + nbytes / n) / 2
     return {"all_gather": nbytes, "broadcast": nbytes, "reduce_scatter": reduce_part,
-            "all_reduce": reduce_part + nbytes}[op]
+            "all_reduce": reduce_part + nbytes * (n - 1) / n}[op]
 
 
 def bound_s(op: str, nbytes: int, n: int, bandwidths: dict[int, float]) -> float:
@@ -467,7 +467,8 @@ def print_header(mode: Mode, libs: list[str]) -> None:
           "gloo/cc, mpi/cc: the peer's time / concord's time; > 1 means concord is faster.\n"
           f"bound (from {_timing.format_bytes(BOUND_FROM_BYTES)}): the time the memory system allows for the bytes each\n"
           "  rank must copy at least (all_gather, broadcast: the size; reduce_scatter: (1 + 1/n)/2 of\n"
-          "  it, reading it all and writing 1/n; all_reduce: that plus the size), every rank copying at\n"
+          "  it, reading it all and writing 1/n; all_reduce: that plus (n-1)/n of the size, the other\n"
+          "  ranks' shares of the result), every rank copying at\n"
           "  once at the copy bandwidth measured with min(n, cores) threads; cc of bound = bound /\n"
           "  concord's time.\n"
           "Every measurement ends with one call on rank-dependent data checked against NumPy.")

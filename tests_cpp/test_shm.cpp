@@ -463,8 +463,7 @@ TEST_CASE("an interrupt check applies to the thread that installed it only", "[s
   });
 }
 
-TEST_CASE("large all_gather and broadcast read the peers' buffers once, with the same results",
-          "[shm]") {
+TEST_CASE("large collectives read the peers' buffers directly, with the same results", "[shm]") {
   // Single-copy reads (process_vm_readv) and the segment give the same
   // bytes, at sizes around the switch between them and for every root;
   // CONCORD_SHM_CMA_BYTES=0 turns the single-copy path off.
@@ -497,6 +496,31 @@ TEST_CASE("large all_gather and broadcast read the peers' buffers once, with the
           const HostTensor expected = random_buffer(DType::kFloat32, n, seed_of(root, 7 * int(n) + root));
           if (x.values() != expected.values()) failures[r] = concat("broadcast ", n, " root ", root);
         }
+        // Block r of every rank's input, summed here in double.
+        HostTensor input = random_buffer(DType::kFloat32, 3 * n, seed_of(r, 11 * int(n)));
+        HostTensor block(DType::kFloat32, {std::int64_t(n)});
+        comm.reduce_scatter(input.view(), block.view(), ReduceOp::kSum, false);
+        std::vector<double> expected(n, 0.0);
+        for (int q = 0; q < 3; ++q) {
+          const HostTensor theirs = random_buffer(DType::kFloat32, 3 * n, seed_of(q, 11 * int(n)));
+          for (std::size_t i = 0; i < n; ++i) expected[i] += theirs.get(r * n + i);
+        }
+        for (std::size_t i = 0; i < n; ++i)
+          if (std::abs(block.get(i) - expected[i]) > 1e-5 * (1 + std::abs(expected[i])))
+            failures[r] = concat("reduce_scatter ", n, " at ", i);
+        // all_reduce of the same inputs, out of place and in place.
+        HostTensor sum(DType::kFloat32, {std::int64_t(3 * n)});
+        comm.all_reduce(input.view(), sum.view(), ReduceOp::kSum, false);
+        std::vector<double> total(3 * n, 0.0);
+        for (int q = 0; q < 3; ++q) {
+          const HostTensor theirs = random_buffer(DType::kFloat32, 3 * n, seed_of(q, 11 * int(n)));
+          for (std::size_t i = 0; i < 3 * n; ++i) total[i] += theirs.get(i);
+        }
+        for (std::size_t i = 0; i < 3 * n; ++i)
+          if (std::abs(sum.get(i) - total[i]) > 1e-5 * (1 + std::abs(total[i])))
+            failures[r] = concat("all_reduce ", n, " at ", i);
+        comm.all_reduce(input.view(), input.view(), ReduceOp::kSum, false);
+        if (input.values() != sum.values()) failures[r] = concat("in-place all_reduce ", n);
       }
     });
     for (const auto& f : failures) CHECK(f == "");

@@ -404,6 +404,34 @@ def check_output(x, out):
     _import_out(out, x, _import(x, "x"))
 
 
+def numpy_out_fits(out, x, Py_ssize_t out_rows=0, Py_ssize_t x_rows=0):
+    """Whether `out` and `x` are NumPy arrays of one dtype and of one shape,
+    or, given the rows, of shapes that differ only in their leading
+    extents, which are in the ratio out_rows : x_rows (n : 1 gathered from
+    n ranks, 1 : n scattered over n). The common case, tested in C so that
+    it costs no Python calls; anything else goes through arrays.check_out,
+    which says what is wrong."""
+    if not (cnp.PyArray_CheckExact(out) and cnp.PyArray_CheckExact(x)):
+        return False
+    cdef cnp.ndarray o = <cnp.ndarray>out
+    cdef cnp.ndarray a = <cnp.ndarray>x
+    cdef int ndim = cnp.PyArray_NDIM(a)
+    cdef cnp.npy_intp* out_dims = cnp.PyArray_DIMS(o)
+    cdef cnp.npy_intp* x_dims = cnp.PyArray_DIMS(a)
+    cdef int first = 0
+    cdef int d
+    if cnp.PyArray_NDIM(o) != ndim or not cnp.PyArray_EquivTypes(o.descr, a.descr):
+        return False
+    if out_rows != 0:
+        if ndim == 0 or out_dims[0] * x_rows != x_dims[0] * out_rows:
+            return False
+        first = 1
+    for d in range(first, ndim):
+        if out_dims[d] != x_dims[d]:
+            return False
+    return True
+
+
 cdef int _reduce_op(object op) except -1:
     code = _reduce_ops.get(op) if isinstance(op, str) else None
     if code is None:

@@ -10,7 +10,7 @@ any communication.
 """
 
 from . import _world
-from ._capi import check_output
+from ._capi import check_output, numpy_out_fits
 from .arrays import (
     as_array,
     blocks_to_front,
@@ -26,14 +26,18 @@ from .arrays import (
 __all__ = ["all_gather", "all_reduce", "barrier", "broadcast", "reduce_scatter"]
 
 
+# A small collective costs little more than its Python calls: NumPy
+# arrays with a fitting `out` (numpy_out_fits) go straight to the handle,
+# anything else through the checks below and in arrays.py.
+
+
 def _handle(comm):
     return (_world.get() if comm is None else comm)._handle
 
 
-def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):
-    """Every rank gets `op` ("sum", "mean", "max", "min", "prod") over all
-    ranks' `x`, elementwise."""
-    handle = _handle(comm)
+def _input_and_output(x, out):
+    """`x` as an array and the `out` a collective whose result has x's
+    shape writes: checked, new or `x` itself."""
     x = as_array(x)
     if out is None:
         out = empty_like(x)
@@ -41,6 +45,15 @@ def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):
         check_out(out, x, tuple(x.shape))
     else:
         check_writable(x, "out")
+    return x, out
+
+
+def all_reduce(x, op="sum", *, comm=None, out=None, async_op=False):
+    """Every rank gets `op` ("sum", "mean", "max", "min", "prod") over all
+    ranks' `x`, elementwise."""
+    handle = _handle(comm)
+    if out is None or out is x or not numpy_out_fits(out, x):
+        x, out = _input_and_output(x, out)
     return handle.all_reduce(x, out, op, async_op)
 
 
@@ -48,6 +61,9 @@ def all_gather(x, *, axis=0, tiled=True, comm=None, out=None, async_op=False):
     """Every rank gets all ranks' `x` in rank order: concatenated along
     `axis` when tiled, else stacked along a new rank axis at `axis`."""
     handle = _handle(comm)
+    if (type(axis) is int and axis == 0 and tiled is True
+            and numpy_out_fits(out, x, handle.size, 1)):
+        return handle.all_gather(x, out, async_op, None)
     x = as_array(x)
     shape = tuple(x.shape)
     size = handle.size
@@ -78,8 +94,10 @@ def reduce_scatter(x, op="sum", *, axis=0, comm=None, out=None, async_op=False):
     """`x` split evenly along `axis` into one block per rank; rank r gets
     `op` over all ranks of block r."""
     handle = _handle(comm)
-    x = as_array(x)
     size = handle.size
+    if type(axis) is int and axis == 0 and numpy_out_fits(out, x, 1, size):
+        return handle.reduce_scatter(x, out, op, async_op)
+    x = as_array(x)
     axis, result_shape = scattered_shape(x.shape, size, axis)
     if out is None:
         out = empty(x, result_shape)
@@ -95,13 +113,8 @@ def broadcast(x, root=0, *, comm=None, out=None, async_op=False):
     """Every rank gets `root`'s `x`; on other ranks `x` only gives the shape
     and dtype (and is the buffer written when it is also `out`)."""
     handle = _handle(comm)
-    x = as_array(x)
-    if out is None:
-        out = empty_like(x)
-    elif out is not x:
-        check_out(out, x, tuple(x.shape))
-    else:
-        check_writable(x, "out")
+    if out is None or out is x or not numpy_out_fits(out, x):
+        x, out = _input_and_output(x, out)
     return handle.broadcast(x, out, root, async_op)
 
 

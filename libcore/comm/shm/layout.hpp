@@ -25,6 +25,9 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free,
 // steps the rank has published; peers wait on it (and sleep on it as a futex).
 struct alignas(kCacheLine) RankControl {
   std::atomic<std::uint32_t> step;
+  // The CPU the rank ran on when it last published a step: a peer waiting
+  // on the same CPU does not spin, as the rank cannot run until it yields.
+  std::atomic<std::int32_t> cpu;
   std::int32_t pid;
   // Single-copy transfers (cma.hpp): where this rank's probe value lives in
   // its own memory, and whether it could read every peer's.
@@ -37,8 +40,10 @@ struct alignas(kCacheLine) RankControl {
 // Mismatch instead of hanging or reading each other's bytes as something
 // else.
 struct alignas(kCacheLine) Descriptor : CallRecord {
-  // Single-copy transfers: the buffer peers read (not compared).
+  // Single-copy transfers: the buffer peers read (not compared), and for
+  // all_reduce the result they read once it is reduced.
   std::uint64_t address;
+  std::uint64_t result;
 };
 
 struct alignas(kCacheLine) Header {

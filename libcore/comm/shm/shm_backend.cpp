@@ -33,7 +33,9 @@ using Clock = std::chrono::steady_clock;
 // Waiting: a short spin catches peers running on other cores; yielding lets
 // peers that share our core run (4 ranks on 2 cores); then sleep on a futex.
 // With more ranks than cores a peer we wait for is usually not running, so
-// spinning only delays it: yield at once.
+// spinning only delays it: yield at once. The same holds for a peer the
+// scheduler placed on our CPU, which happens with few ranks too when other
+// processes keep the cores busy.
 constexpr int kSpinIterations = 256;
 constexpr int kYieldIterations = 64;
 
@@ -246,20 +248,24 @@ void ShmBackend::check_descriptors(const Step& step, OpLabel label) {
 
 void ShmBackend::sync(OpLabel label) {
   const std::uint32_t target = ++step_;
+  const int cpu = sched_getcpu();
+  controls_[rank_].cpu.store(cpu, std::memory_order_relaxed);
   controls_[rank_].step.store(target, std::memory_order_seq_cst);
   if (header_->sleepers.load(std::memory_order_seq_cst) != 0)
     futex_wake_all(&controls_[rank_].step);
   for (int peer = 0; peer < nranks_; ++peer)
-    if (peer != rank_) wait_for_rank(peer, target, label);
+    if (peer != rank_) wait_for_rank(peer, target, cpu, label);
 }
 
-void ShmBackend::wait_for_rank(int peer, std::uint32_t target, OpLabel label) {
+void ShmBackend::wait_for_rank(int peer, std::uint32_t target, int cpu, OpLabel label) {
   std::atomic<std::uint32_t>& word = controls_[peer].step;
   auto reached = [&] {
     return static_cast<std::int32_t>(word.load(std::memory_order_acquire) - target) >= 0;
   };
   if (reached()) return;
-  for (int i = 0; i < spin_iterations_; ++i) {
+  const bool shares_cpu = cpu >= 0 && controls_[peer].cpu.load(std::memory_order_relaxed) == cpu;
+  const int spins = shares_cpu ? 0 : spin_iterations_;
+  for (int i = 0; i < spins; ++i) {
     cpu_relax();
     if (reached()) return;
   }
@@ -350,8 +356,41 @@ void ShmBackend::all_reduce(const OpContext& ctx, const void* send, void* recv, 
   const std::size_t bytes = count * dtype_size(dtype);
   if (bytes <= std::min(config_.one_shot_bytes, config_.slot_bytes))
     all_reduce_one_shot(ctx, send, recv, count, dtype, op);
+  else if (single_copy_ && bytes / nranks_ >= config_.single_copy_bytes)
+    all_reduce_single_copy(ctx, send, recv, count, dtype, op);
   else
     all_reduce_pipelined(ctx, send, recv, count, dtype, op);
+}
+
+// Large messages, reading the peers' memory: each rank reduces its part
+// from every peer's input (reduce_from_peers), then, once all parts are
+// reduced, reads the others' parts from their results. Each part is
+// reduced by one rank only, so every rank gets the same bits. In place, a
+// rank's part of its input is overwritten only by its own reduction, and
+// the other parts only after every peer has read them.
+void ShmBackend::all_reduce_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                       std::size_t count, DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
+  const std::size_t elem = dtype_size(dtype);
+  const Step step = next_step();
+  publish_descriptor(step, ctx, CallKind::kAllReduce, count, send);
+  descriptor(step.buffer, rank_).result = reinterpret_cast<std::uint64_t>(recv);
+  sync(label);
+  check_descriptors(step, label);
+  const Range own = part_of(rank_, count, nranks_, elem);
+  char* out = static_cast<char*>(recv);
+  if (own.size() != 0)
+    reduce_from_peers(label, step, static_cast<const char*>(send) + own.begin * elem,
+                      own.begin * elem, out + own.begin * elem, own.size(), dtype, op);
+  sync(label);
+  for (int k = 1; k < nranks_; ++k) {
+    const int q = (rank_ + k) % nranks_;
+    const Range part = part_of(q, count, nranks_, elem);
+    if (part.size() != 0)
+      read_peer(label, q, out + part.begin * elem,
+                descriptor(step.buffer, q).result + part.begin * elem, part.size() * elem);
+  }
+  sync(label);  // every result stays as it is until all peers have read it
 }
 
 // Small messages: every rank publishes all its data and reduces everything;
@@ -441,9 +480,11 @@ void ShmBackend::all_gather(const OpContext& ctx, const void* send, void* recv, 
 
 void ShmBackend::reduce_scatter(const OpContext& ctx, const void* send, void* recv, std::size_t count,
                                 DType dtype, ReduceOp op) {
+  const std::size_t elem = dtype_size(dtype);
+  if (single_copy_ && count * elem >= config_.single_copy_bytes)
+    return reduce_scatter_single_copy(ctx, send, recv, count, dtype, op);
   const OpLabel label = ctx.label;
   begin(label);
-  const std::size_t elem = dtype_size(dtype);
   // Each step moves `block` elements of every rank's block; a slot holds one
   // such piece per destination rank.
   const std::size_t block = config_.slot_bytes / (elem * nranks_);
@@ -518,6 +559,52 @@ void ShmBackend::all_gather_single_copy(const OpContext& ctx, const void* send, 
   sync(label);
 }
 
+// Large reduce-scatters: every rank reads its block of each peer's input
+// straight from the peer's memory and reduces it.
+void ShmBackend::reduce_scatter_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                            std::size_t count, DType dtype, ReduceOp op) {
+  const OpLabel label = ctx.label;
+  begin(label);
+  const std::size_t elem = dtype_size(dtype);
+  const Step step = next_step();
+  publish_descriptor(step, ctx, CallKind::kReduceScatter, count, send);
+  sync(label);
+  check_descriptors(step, label);
+  const std::size_t block = rank_ * count * elem;
+  reduce_from_peers(label, step, static_cast<const char*>(send) + block, block, recv, count, dtype,
+                    op);
+  sync(label);  // every input stays alive until all peers have read it
+}
+
+// Reads `count` elements at byte `offset` of every peer's published buffer
+// into this rank's slot, a chunk at a time, and reduces each chunk with
+// `mine` into `out` while it is still in cache: each byte a peer
+// contributes crosses memory once, where going through the segment copies
+// it there and reads it back. Sources are combined in rank order.
+void ShmBackend::reduce_from_peers(OpLabel label, const Step& step, const char* mine,
+                                   std::uint64_t offset, void* out, std::size_t count, DType dtype,
+                                   ReduceOp op) {
+  const std::size_t elem = dtype_size(dtype);
+  // The slot holds one chunk per peer; no peer reads it in these algorithms.
+  const std::size_t chunk = config_.slot_bytes / (elem * (nranks_ - 1));
+  char* scratch = slot(step.buffer, rank_);
+  for (std::size_t done = 0; done < count; done += chunk) {
+    const std::size_t n = std::min(chunk, count - done);
+    for (int q = 0, k = 0; q < nranks_; ++q) {
+      if (q == rank_) {
+        sources_[q] = mine + done * elem;
+        continue;
+      }
+      char* into = scratch + static_cast<std::size_t>(k++) * chunk * elem;
+      read_peer(label, q, into, descriptor(step.buffer, q).address + offset + done * elem,
+                n * elem);
+      sources_[q] = into;
+    }
+    cpu::reduce_sources(static_cast<char*>(out) + done * elem, sources_.data(), nranks_, n, dtype,
+                        op, nranks_);
+  }
+}
+
 void ShmBackend::broadcast_single_copy(const OpContext& ctx, const void* send, void* recv,
                                        std::size_t bytes, int root) {
   const OpLabel label = ctx.label;
@@ -538,7 +625,9 @@ void ShmBackend::read_peer(OpLabel label, int peer, void* local, std::uint64_t a
                            std::size_t bytes) {
   const int error = cma_read(controls_[peer].pid, local, address, bytes);
   if (error == 0) return;
-  if (!peer_alive(peer))
+  // ESRCH: the peer's memory is gone. A process being killed loses it
+  // before it shows as a zombie, so its state may still read as running.
+  if (error == ESRCH || !peer_alive(peer))
     fail_and_abort(label, StatusCode::kRemote,
                    concat("rank ", peer, " (pid ", controls_[peer].pid,
                           ") died while its buffer was read"));

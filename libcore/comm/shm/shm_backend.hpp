@@ -24,9 +24,10 @@ namespace concord::shm {
 struct ShmConfig {
   std::size_t slot_bytes = 1u << 20;     // per rank and buffer; CONCORD_SHM_CHUNK_BYTES
   std::size_t one_shot_bytes = 32u << 10;  // all_reduce below this: one step; CONCORD_SHM_ONESHOT_BYTES
-  // all_gather and broadcast of at least this many bytes per rank read the
-  // peers' buffers directly (cma.hpp) when the kernel allows it;
-  // CONCORD_SHM_CMA_BYTES, 0 to never.
+  // all_gather and broadcast of at least this many bytes per rank, and
+  // reduce_scatter and all_reduce whose part per rank has at least this
+  // many, read the peers' buffers directly (cma.hpp) when the kernel allows
+  // it; CONCORD_SHM_CMA_BYTES, 0 to never.
   std::size_t single_copy_bytes = 256u << 10;
   double timeout_s = 600.0;
 
@@ -52,8 +53,8 @@ class ShmBackend final : public Backend {
                  int root) override;
   void barrier(const OpContext& ctx) override;
   void abort(const Status& cause) noexcept override;
-  // Whether large all_gathers and broadcasts read the peers' buffers
-  // directly (agreed at set-up).
+  // Whether large collectives read the peers' buffers directly (agreed at
+  // set-up).
   bool single_copy() const noexcept { return single_copy_; }
 
  private:
@@ -71,6 +72,12 @@ class ShmBackend final : public Backend {
   void agree_on_single_copy();
   void all_gather_single_copy(const OpContext& ctx, const void* send, void* recv,
                               std::size_t bytes);
+  void reduce_scatter_single_copy(const OpContext& ctx, const void* send, void* recv,
+                                  std::size_t count, DType dtype, ReduceOp op);
+  void all_reduce_single_copy(const OpContext& ctx, const void* send, void* recv,
+                              std::size_t count, DType dtype, ReduceOp op);
+  void reduce_from_peers(OpLabel label, const Step& step, const char* mine, std::uint64_t offset,
+                         void* out, std::size_t count, DType dtype, ReduceOp op);
   void broadcast_single_copy(const OpContext& ctx, const void* send, void* recv,
                              std::size_t bytes, int root);
   // Reads `bytes` at `address` in rank `peer`'s memory into `local`.
@@ -88,7 +95,8 @@ class ShmBackend final : public Backend {
   void check_descriptors(const Step& step, OpLabel label);
   // Publishes this rank's step and waits until every rank published it.
   void sync(OpLabel label);
-  void wait_for_rank(int peer, std::uint32_t target, OpLabel label);
+  // `cpu`: the one this rank runs on (sched_getcpu), -1 if unknown.
+  void wait_for_rank(int peer, std::uint32_t target, int cpu, OpLabel label);
   [[noreturn]] void fail_waiting(OpLabel label, std::uint32_t target, StatusCode code,
                                  const std::string& why);
   // Aborts the communicator (so the peers fail too) and throws.
