@@ -121,8 +121,8 @@ class ConcordCollectives:
 
 
 class GlooCollectives:
-    """torch.distributed over gloo. concord's launcher serves its own store
-    on MASTER_PORT, so torch rendezvous on the port the parent chose."""
+    """torch.distributed over gloo, meeting at a TCP store on the port the
+    parent chose."""
 
     def __init__(self, plan: dict):
         import torch
@@ -319,7 +319,10 @@ def job_command(lib: str, n: int, plan_path: str, out_path: str) -> list[str]:
     worker = [os.path.abspath(__file__), "--worker", lib, "--plan", plan_path, "--out", out_path]
     if lib == "mpi":
         return ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(n), sys.executable, *worker]
-    return [sys.executable, "-m", "concord.run", "-n", str(n), "--timeout", str(COLLECTIVE_TIMEOUT_S), *worker]
+    # As mpirun binds each rank to a core when there are enough of them.
+    bind = ["--cpu-bind", "cores"] if n <= len(os.sched_getaffinity(0)) else []
+    return [sys.executable, "-m", "concord.run", "-n", str(n), "--timeout", str(COLLECTIVE_TIMEOUT_S),
+            *bind, *worker]
 
 
 def job_env(lib: str, n: int) -> dict[str, str]:

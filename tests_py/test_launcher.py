@@ -98,6 +98,19 @@ def test_token_from_environment_is_used(tmp_path, monkeypatch):
     assert _rank_lines(result.stdout, 1) == ["shared-secret"]
 
 
+def test_cpu_bind_cores_gives_each_local_rank_a_cpu_of_its_own(tmp_path):
+    script = _script(tmp_path, "import os; print(sorted(os.sched_getaffinity(0)))\n")
+    cpus = sorted(os.sched_getaffinity(0))
+    nprocs = len(cpus) + 1  # one more than the CPUs: the last wraps around
+    bound = _run("-n", str(nprocs), "--cpu-bind", "cores", str(script))
+    assert bound.returncode == 0, bound.stderr
+    for rank in range(nprocs):
+        assert _rank_lines(bound.stdout, rank) == [str([cpus[rank % len(cpus)]])]
+    free = _run("-n", "2", str(script))
+    assert free.returncode == 0, free.stderr
+    assert _rank_lines(free.stdout, 1) == [str(cpus)]
+
+
 def test_failing_rank_stops_the_others_and_is_reported(tmp_path):
     script = _script(tmp_path, """
         import os, sys, time

@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="timeout in seconds of every blocking wait in the ranks "
                              "(sets CONCORD_TIMEOUT)")
+    parser.add_argument("--cpu-bind", choices=("none", "cores"), default="none",
+                        help="cores: local rank k runs only on the k-th CPU this launcher may use "
+                             "(modulo their number), as mpirun binds ranks to cores, so ranks "
+                             "waiting for each other never share a CPU while another is idle "
+                             "(default none: the scheduler places them)")
     parser.add_argument("-m", "--module", action="store_true",
                         help="run the target as a Python module, like python -m")
     parser.add_argument("target", nargs=argparse.REMAINDER,
@@ -200,14 +205,29 @@ def _pump(pipe: BinaryIO, stream: TextIO, prefix: bytes, tail: collections.deque
                 tail.append(piece.decode(errors="replace"))
 
 
+def _rank_cpus(cpu_bind: str, local_rank: int) -> set[int] | None:
+    """The CPUs local rank `local_rank` may run on (None: wherever the
+    launcher may)."""
+    if cpu_bind == "none":
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return {cpus[local_rank % len(cpus)]}
+
+
 def _start_rank(rank: int, command: list[str], env: dict[str, str], exits: queue.Queue,
-                lock: threading.Lock) -> _Rank:
+                lock: threading.Lock, cpus: set[int] | None) -> _Rank:
     launcher = os.getpid()
-    # The rank dies with this thread (the main one), however it ends. The
-    # function runs in the child before exec: it only calls prctl.
+
+    def before_exec():
+        # In the child before exec: system calls only. The rank dies with
+        # this thread (the main one), however it ends.
+        _processes.die_with_parent(launcher)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
     process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, start_new_session=True,
-                               preexec_fn=lambda: _processes.die_with_parent(launcher))
+                               preexec_fn=before_exec)
     started = _Rank(rank, process)
     prefix = f"[{rank}] ".encode()
     for pipe, stream in ((process.stdout, sys.stdout), (process.stderr, sys.stderr)):
@@ -364,7 +384,8 @@ def _run(args: argparse.Namespace) -> int:
                 local_world_size=args.nprocs, master_addr=args.master_addr,
                 master_port=master_port, store_port=store_port, token=token,
                 timeout_s=args.timeout))
-            ranks[rank] = _start_rank(rank, command, env, exits, lock)
+            ranks[rank] = _start_rank(rank, command, env, exits, lock,
+                                      _rank_cpus(args.cpu_bind, local_rank))
             supervisor.running.add(rank)
         supervisor.run()
     except BaseException:
