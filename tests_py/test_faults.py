@@ -155,6 +155,7 @@ _METRIC_RANK = textwrap.dedent("""
     from concord import metrics as M
 
     CLASSES, VICTIM = int(sys.argv[1]), int(sys.argv[2])
+    os.environ["CONCORD_SHM_CMA_BYTES"] = sys.argv[3]
     DELAYS_S = [0.0, 0.001, 0.002, 0.005, 0.01]
     world = cc.init(timeout=30.0)
     rank, size = world.rank, world.size
@@ -204,10 +205,13 @@ _METRIC_RANK = textwrap.dedent("""
 """)
 
 
-def test_a_failed_metric_sync_leaves_every_window_as_it_was(tmp_path):
+# Through the segment, and reading the peers' buffers directly (a peer that
+# dies during such a read must be told apart from a failed read).
+@pytest.mark.parametrize("cma_bytes", [0, 65536])
+def test_a_failed_metric_sync_leaves_every_window_as_it_was(tmp_path, cma_bytes):
     script = tmp_path / "metric_rank.py"
     script.write_text(_METRIC_RANK)
-    with RankProcesses(script, 3, 1500, 2) as ranks:
+    with RankProcesses(script, 3, 1500, 2, cma_bytes) as ranks:
         finished = ranks.finish(timeout=120)
     for rank in (0, 1):
         code, stdout, stderr = finished[rank]
