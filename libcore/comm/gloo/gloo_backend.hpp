@@ -83,6 +83,9 @@ class GlooBackend final : public Backend, private Watch {
   // The agreement alone, for a backend that composes this one: every rank
   // fails with Mismatch when their calls differ. A barrier, too.
   void agree(const OpContext& ctx, CallKind kind, std::uint64_t count);
+  // Whether a collective whose every peer's part is `bytes` bytes goes in
+  // the agreement exchange, in one network step.
+  bool one_step(std::size_t bytes) const { return size_ == 1 || bytes <= one_shot_bytes_; }
 
  private:
   // What a rank sends in the agreement exchange after its record: rank q
@@ -103,8 +106,6 @@ class GlooBackend final : public Backend, private Watch {
   void begin(const OpContext& ctx);
   // The agreement exchange; throws Mismatch when the records differ.
   void exchange(const CallRecord& mine, Payload payload);
-  // Whether a peer's part of a collective of `bytes` bytes goes in the exchange.
-  bool one_step(std::size_t bytes) const { return size_ == 1 || bytes <= one_shot_bytes_; }
   // What rank q sent after its record in the last exchange.
   const unsigned char* payload_of(int q) const;
   // Posts the receives of the next exchange (once this one's payloads are
