@@ -506,16 +506,22 @@ void GlooBackend::ring_reduce_scatter(const unsigned char* in, void* recv, std::
   finish(result, recv, dtype, op, size_, count);
 }
 
-template <class Outgoing, class Incoming>
-void GlooBackend::direct_step(std::uint64_t slot, Outgoing&& outgoing, Incoming&& incoming) {
-  // A buffer a peer and direction, so that a wait names the rank it is for.
-  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> receives(size_), sends(size_);
+// A buffer a peer and direction, so that a wait names the rank it is for.
+template <class Incoming>
+GlooBackend::Buffers GlooBackend::post_receives(std::uint64_t slot, Incoming&& incoming) {
+  Buffers receives(size_);
   for (int q = 0; q < size_; ++q) {
     const Part in = incoming(q);
     if (q == rank_ || in.bytes == 0) continue;
     receives[q] = mesh_->createUnboundBuffer(const_cast<void*>(in.data), in.bytes);
     receives[q]->recv(q, slot, 0, in.bytes);
   }
+  return receives;
+}
+
+template <class Outgoing>
+void GlooBackend::send_and_wait(std::uint64_t slot, Outgoing&& outgoing, Buffers& receives) {
+  Buffers sends(size_);
   for (int q = 0; q < size_; ++q) {
     const Part out = outgoing(q);
     if (q == rank_ || out.bytes == 0) continue;
@@ -526,6 +532,12 @@ void GlooBackend::direct_step(std::uint64_t slot, Outgoing&& outgoing, Incoming&
     if (r) r->waitRecv();
   for (auto& s : sends)
     if (s) s->waitSend();
+}
+
+template <class Outgoing, class Incoming>
+void GlooBackend::direct_step(std::uint64_t slot, Outgoing&& outgoing, Incoming&& incoming) {
+  Buffers receives = post_receives(slot, incoming);
+  send_and_wait(slot, outgoing, receives);
 }
 
 // Rank q reduces block q of every rank's values, in rank order, and
@@ -543,6 +555,13 @@ void GlooBackend::direct_all_reduce(const void* send, void* recv, std::size_t co
   // Each peer's part of block `mine`, and in our own slot the reduction.
   auto parts = std::make_unique_for_overwrite<unsigned char[]>(size_ * most * wide);
   auto part_of = [&](int q) { return parts.get() + q * most * wide; };
+  // The gathered blocks' receives go first, so that no peer's block waits
+  // for them. Block q arrives only once rank q has all of its parts, ours
+  // included: our reads of it (in place, the same memory) are over.
+  Buffers gathered = post_receives(kGatherSlot, [&](int q) {
+    const Block b = block_of(q, count, size_);
+    return Part{bytes_of(recv) + b.begin * narrow, b.size * narrow};
+  });
   direct_step(
       kScatterSlot,
       [&](int q) {
@@ -556,12 +575,9 @@ void GlooBackend::direct_all_reduce(const void* send, void* recv, std::size_t co
     cpu::reduce_sources(part_of(rank_), sources_.data(), size_, mine.size, carried, combine, 1);
     finish(part_of(rank_), bytes_of(recv) + mine.begin * narrow, dtype, op, size_, mine.size);
   }
-  direct_step(
+  send_and_wait(
       kGatherSlot, [&](int) { return Part{bytes_of(recv) + mine.begin * narrow, mine.size * narrow}; },
-      [&](int q) {
-        const Block b = block_of(q, count, size_);
-        return Part{bytes_of(recv) + b.begin * narrow, b.size * narrow};
-      });
+      gathered);
 }
 
 void GlooBackend::direct_reduce_scatter(const unsigned char* in, void* recv, std::size_t count,

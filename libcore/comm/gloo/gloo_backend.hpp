@@ -141,11 +141,17 @@ class GlooBackend final : public Backend, private Watch {
     const void* data;
     std::size_t bytes;
   };
+  using Buffers = std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>>;
   // One step with every peer at once: sends `outgoing(q)` to each peer q
   // and receives its part into `incoming(q)` on `slot`; returns when all
-  // arrived and all went out.
+  // arrived and all went out. post_receives and send_and_wait are its two
+  // halves, for receives posted ahead.
   template <class Outgoing, class Incoming>
   void direct_step(std::uint64_t slot, Outgoing&& outgoing, Incoming&& incoming);
+  template <class Incoming>
+  Buffers post_receives(std::uint64_t slot, Incoming&& incoming);
+  template <class Outgoing>
+  void send_and_wait(std::uint64_t slot, Outgoing&& outgoing, Buffers& receives);
 
   // Watch
   std::chrono::steady_clock::time_point next_check() const override;
