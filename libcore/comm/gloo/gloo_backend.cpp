@@ -506,6 +506,15 @@ void GlooBackend::ring_reduce_scatter(const unsigned char* in, void* recv, std::
   finish(result, recv, dtype, op, size_, count);
 }
 
+unsigned char* GlooBackend::scratch(std::size_t bytes) {
+  if (scratch_bytes_ < bytes) {
+    scratch_.reset();  // before the new one: the old may be as large
+    scratch_ = std::make_unique_for_overwrite<unsigned char[]>(bytes);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
 // A buffer a peer and direction, so that a wait names the rank it is for.
 template <class Incoming>
 GlooBackend::Buffers GlooBackend::post_receives(std::uint64_t slot, Incoming&& incoming) {
@@ -553,8 +562,8 @@ void GlooBackend::direct_all_reduce(const void* send, void* recv, std::size_t co
   const Block mine = block_of(rank_, count, size_);
   const std::size_t most = (count + size_ - 1) / size_;
   // Each peer's part of block `mine`, and in our own slot the reduction.
-  auto parts = std::make_unique_for_overwrite<unsigned char[]>(size_ * most * wide);
-  auto part_of = [&](int q) { return parts.get() + q * most * wide; };
+  unsigned char* parts = scratch(size_ * most * wide);
+  auto part_of = [&](int q) { return parts + q * most * wide; };
   // The gathered blocks' receives go first, so that no peer's block waits
   // for them. Block q arrives only once rank q has all of its parts, ours
   // included: our reads of it (in place, the same memory) are over.
@@ -586,8 +595,8 @@ void GlooBackend::direct_reduce_scatter(const unsigned char* in, void* recv, std
   const ReduceOp combine = partial_op(op);
   const std::size_t block = count * dtype_size(carried);
   // Each peer's block q, and in our own slot the reduction.
-  auto parts = std::make_unique_for_overwrite<unsigned char[]>(block * size_);
-  auto part_of = [&](int q) { return parts.get() + q * block; };
+  unsigned char* parts = scratch(block * size_);
+  auto part_of = [&](int q) { return parts + q * block; };
   direct_step(
       kScatterSlot, [&](int q) { return Part{in + q * block, block}; },
       [&](int q) { return Part{part_of(q), block}; });

@@ -141,6 +141,8 @@ class GlooBackend final : public Backend, private Watch {
     const void* data;
     std::size_t bytes;
   };
+  // At least `bytes` bytes of the direct collectives' scratch memory.
+  unsigned char* scratch(std::size_t bytes);
   using Buffers = std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>>;
   // One step with every peer at once: sends `outgoing(q)` to each peer q
   // and receives its part into `incoming(q)` on `slot`; returns when all
@@ -200,6 +202,11 @@ class GlooBackend final : public Backend, private Watch {
   std::vector<bool> heard_;  // whose message of the current exchange arrived
   bool exchanging_ = false;  // a wait belongs to the agreement exchange
   std::vector<const void*> sources_;  // one a rank, for the one-shot reductions
+  // The direct collectives' scratch, kept from call to call: freshly
+  // allocated, tens of megabytes cost about as much CPU in page faults
+  // (the kernel zeroing each page) as the reductions over them.
+  std::unique_ptr<unsigned char[]> scratch_;
+  std::size_t scratch_bytes_ = 0;
 
   OpLabel label_{"", 0};
   SteadyClock::time_point deadline_;
