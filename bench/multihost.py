@@ -48,7 +48,7 @@ DEFAULT_RATE = "10gbit"
 DEFAULT_DELAY = "50us"
 # Untimed calls whose traffic gives the bytes sent per call.
 COUNTED_CALLS = 3
-BUDGET = Budget(seconds=0.3, min_iters=3, max_iters=500)
+BUDGET = Budget(seconds=1.0, min_iters=5, max_iters=500)
 JOB_TIMEOUT_S = 1200.0
 
 
