@@ -48,7 +48,7 @@ DEFAULT_RATE = "10gbit"
 DEFAULT_DELAY = "50us"
 # Untimed calls whose traffic gives the bytes sent per call.
 COUNTED_CALLS = 3
-BUDGET = Budget(seconds=0.3, min_iters=3, max_iters=500)
+BUDGET = Budget(seconds=1.0, min_iters=5, max_iters=500)
 JOB_TIMEOUT_S = 1200.0
 
 
@@ -266,9 +266,9 @@ def run_parent(args) -> int:
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--min-bytes", type=cpu.parse_bytes, default=8,
+    parser.add_argument("--min-bytes", type=_timing.parse_bytes, default=8,
                         help="smallest size (default 8)")
-    parser.add_argument("--max-bytes", type=cpu.parse_bytes, default=16 << 20,
+    parser.add_argument("--max-bytes", type=_timing.parse_bytes, default=16 << 20,
                         help="largest size (default 16M; 256M for the full range); sizes step by 8")
     parser.add_argument("--layouts", default=",".join(LAYOUTS), type=lambda s: s.split(","),
                         help=f"HOSTSxRANKS, comma-separated (default {','.join(LAYOUTS)})")

@@ -263,6 +263,14 @@ void check_mismatches(const RankLayout& layout) {
          else comm.broadcast(x, x, 0, false);
        },
        "rank 1 called all_reduce #0 (float32 shape (65536,), sum)"},
+      {"all_reduce (4,) vs (65536,): one call in the one-step limit, one past it",
+       [&](Communicator& comm, bool odd) {
+         std::vector<float> big(65536);
+         const TensorView x = odd ? shaped(big.data(), DType::kFloat32, {65536})
+                                  : shaped(floats, DType::kFloat32, {4});
+         comm.all_reduce(x, x, ReduceOp::kSum, false);
+       },
+       "rank 1 called all_reduce #0 (float32 shape (65536,), sum)"},
       {"rank 1 issues a barrier first",
        [&](Communicator& comm, bool odd) {
          if (odd) comm.barrier(false);

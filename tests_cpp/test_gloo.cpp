@@ -44,6 +44,13 @@ std::vector<HostTensor> all_reduced(BackendChoice choice, const std::vector<Host
   return results;
 }
 
+// How setting up a gloo communicator of 2 ranks ends with `variable` set.
+Status setup_with(const char* variable, const char* value) {
+  EnvGuard env;
+  env.set(variable, value);
+  return status_of([] { spawn_ranks(2, [](Communicator&) {}, 10.0, BackendChoice::kGloo); });
+}
+
 }  // namespace
 
 TEST_CASE("gloo serves CPU tensors across hosts and forced on one host", "[gloo][backend_choice]") {
@@ -204,10 +211,29 @@ TEST_CASE("gloo: an infinite timeout means no limit", "[gloo][errors]") {
 }
 
 TEST_CASE("gloo: a set-up that cannot listen fails on every rank", "[gloo][errors]") {
-  EnvGuard env;
-  env.set("CONCORD_GLOO_IFACE", "no-such-interface0");
-  const Status status = status_of([] { spawn_ranks(2, [](Communicator&) {}, 10.0, BackendChoice::kGloo); });
+  const Status status = setup_with("CONCORD_GLOO_IFACE", "no-such-interface0");
   INFO(status.message);
   CHECK(status.code == StatusCode::kUnavailable);
   CHECK(contains(status.message, "no-such-interface0"));
+}
+
+TEST_CASE("gloo's ring and direct algorithms both match the references", "[gloo]") {
+  // Communicators of up to kMostDirectRanks ranks go direct unless told.
+  EnvGuard env;
+  for (const char* algorithm : {"ring", "direct"}) {
+    INFO(algorithm);
+    env.set("CONCORD_GLOO_ALGORITHM", algorithm);
+    check_all_reduce(gloo_on_one_host(3), {70001},
+                     {{DType::kFloat32, ReduceOp::kSum}, {DType::kBFloat16, ReduceOp::kMean},
+                      {DType::kInt8, ReduceOp::kMean}, {DType::kInt32, ReduceOp::kMax}});
+    check_gather_broadcast_scatter(gloo_on_one_host(3), {30011});
+  }
+}
+
+TEST_CASE("gloo: an unknown CONCORD_GLOO_ALGORITHM fails on every rank before connecting",
+          "[gloo][errors]") {
+  const Status status = setup_with("CONCORD_GLOO_ALGORITHM", "tree");
+  INFO(status.message);
+  CHECK(status.code == StatusCode::kInvalidArgument);
+  CHECK(contains(status.message, "CONCORD_GLOO_ALGORITHM='tree' must be 'direct' or 'ring'"));
 }

@@ -74,9 +74,10 @@ std::unique_ptr<Backend> make_shm_gloo(const Peers& peers) {
     const std::string local_name = concat(peers.name, "/host", layout.host);
     auto local = make_shm(Peers{peers.store, local_name, layout.local,
                                 static_cast<int>(local_hosts.size()), peers.timeout_s, local_hosts});
-    // The world's mesh only agrees: its exchange carries records alone.
+    // The world's mesh agrees, and carries the small collectives whole.
     auto world = std::make_unique<gloo::GlooBackend>(peers.store, peers.name, peers.rank, names,
-                                                     peers.timeout_s, 0, setup);
+                                                     peers.timeout_s,
+                                                     gloo::default_one_shot_bytes(peers.size), setup);
     std::unique_ptr<Backend> across;
     if (layout.local < layout.shards) {
       const std::vector<int> group = layout.shard_group(layout.local);

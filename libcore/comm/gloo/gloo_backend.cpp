@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "base/env.hpp"
 #include "base/format.hpp"
 #include "base/interrupt.hpp"
 #include "comm/gloo/partial.hpp"
@@ -28,6 +29,9 @@ namespace {
 const std::uint64_t kExchangeSlot = ::gloo::Slot::build(0x40, 0);
 const std::uint64_t kRingSlot = ::gloo::Slot::build(0x41, 0);
 const std::uint64_t kSentinelSlot = ::gloo::Slot::build(0x42, 0);
+// The direct steps: a reduce-scatter's, an all-gather's (all_reduce: both).
+const std::uint64_t kScatterSlot = ::gloo::Slot::build(0x43, 0);
+const std::uint64_t kGatherSlot = ::gloo::Slot::build(0x44, 0);
 
 // A peer's message in the agreement exchange: its record, then its payload
 // at an offset that keeps the payload aligned for any dtype.
@@ -83,6 +87,37 @@ void set_buffers(::gloo::AllreduceOptions& opts, const void* in, void* out, std:
 unsigned char* bytes_of(void* p) { return static_cast<unsigned char*>(p); }
 const unsigned char* bytes_of(const void* p) { return static_cast<const unsigned char*>(p); }
 
+// `count` values of `send` in the dtype partial results travel in: `send`
+// itself when that is its dtype, else a converted copy that `holder` keeps.
+const unsigned char* carried_values(const void* send, DType dtype, DType carried,
+                                    std::size_t count, std::unique_ptr<unsigned char[]>& holder) {
+  if (carried == dtype) return bytes_of(send);
+  holder = std::make_unique_for_overwrite<unsigned char[]>(count * dtype_size(carried));
+  convert(send, dtype, holder.get(), carried, count);
+  return holder.get();
+}
+
+// Whether the large collectives of `ranks` ranks go direct:
+// CONCORD_GLOO_ALGORITHM (direct, ring) or by the number of ranks.
+bool goes_direct(int ranks) {
+  const auto forced = env::get("CONCORD_GLOO_ALGORITHM");
+  if (!forced) return ranks <= kMostDirectRanks;
+  if (*forced == "direct") return true;
+  if (*forced == "ring") return false;
+  invalid_argument("CONCORD_GLOO_ALGORITHM='", *forced, "' must be 'direct' or 'ring'");
+}
+
+// Block b of `count` elements cut into `blocks` blocks of at most
+// ceil(count / blocks): [begin, begin + size).
+struct Block {
+  std::size_t begin, size;
+};
+Block block_of(int b, std::size_t count, int blocks) {
+  const std::size_t most = (count + blocks - 1) / blocks;
+  const std::size_t begin = std::min(count, most * b);
+  return {begin, std::min(count, begin + most) - begin};
+}
+
 }  // namespace
 
 std::size_t default_one_shot_bytes(int ranks) {
@@ -98,7 +133,8 @@ GlooBackend::GlooBackend(SharedStore& store, const std::string& name, int rank,
                          const SetupAgreement& setup)
     : store_(store), key_prefix_(name + "/gloo"), rank_(rank), size_(static_cast<int>(names.size())),
       names_(std::move(names)), timeout_s_(timeout_s), one_shot_bytes_(one_shot_bytes),
-      message_bytes_(kPayloadOffset + one_shot_bytes), broken_(names_.size()),
+      direct_(goes_direct(size_)), message_bytes_(kPayloadOffset + one_shot_bytes),
+      broken_(names_.size()),
       records_(names_.size()), heard_(names_.size()), sources_(names_.size()) {
   ignore_sigpipe();
   std::string store_host;
@@ -358,6 +394,7 @@ void GlooBackend::all_reduce(const OpContext& ctx, const void* send, void* recv,
   const bool one_shot = one_step(bytes);
   guarded([&] {
     exchange(record_of(CallKind::kAllReduce, ctx, count), one_shot ? Payload{send, bytes} : Payload{});
+    if (!one_shot && direct_) return direct_all_reduce(send, recv, count, dtype, op);
     if (!one_shot) return ring_all_reduce(send, recv, count, dtype, op);
     // Every rank reduces every rank's values in rank order, as the shm
     // backend's one-shot all_reduce does: the ranks agree bitwise.
@@ -402,6 +439,7 @@ void GlooBackend::all_gather(const OpContext& ctx, const void* send, void* recv,
       }
       return;
     }
+    if (direct_) return direct_all_gather(send, recv, bytes);
     ::gloo::AllgatherOptions opts(mesh_);
     if (send != out + rank_ * bytes) opts.setInput(static_cast<char*>(const_cast<void*>(send)), bytes);
     opts.setOutput(reinterpret_cast<char*>(out), bytes * size_);
@@ -419,7 +457,13 @@ void GlooBackend::reduce_scatter(const OpContext& ctx, const void* send, void* r
     // One-shot: rank q gets block q of every rank.
     exchange(record_of(CallKind::kReduceScatter, ctx, count),
              one_shot ? Payload{send, block, block} : Payload{});
-    if (!one_shot) return ring_reduce_scatter(send, recv, count, dtype, op);
+    if (!one_shot) {
+      std::unique_ptr<unsigned char[]> widened;
+      const unsigned char* in =
+          carried_values(send, dtype, partial_dtype(dtype, op), count * size_, widened);
+      if (direct_) return direct_reduce_scatter(in, recv, count, dtype, op);
+      return ring_reduce_scatter(in, recv, count, dtype, op);
+    }
     for (int q = 0; q < size_; ++q)
       sources_[q] = q == rank_ ? bytes_of(send) + rank_ * block : payload_of(q);
     if (count != 0) cpu::reduce_sources(recv, sources_.data(), size_, count, dtype, op, size_);
@@ -431,18 +475,11 @@ void GlooBackend::reduce_scatter(const OpContext& ctx, const void* send, void* r
 // r-s-1 to rank r+1 and folds the partial result of block r-s-2 from rank
 // r-1 into its own values; after size-1 steps the block it folded last is
 // its own block, reduced over every rank.
-void GlooBackend::ring_reduce_scatter(const void* send, void* recv, std::size_t count,
+void GlooBackend::ring_reduce_scatter(const unsigned char* in, void* recv, std::size_t count,
                                       DType dtype, ReduceOp op) {
   const DType carried = partial_dtype(dtype, op);
   const ReduceOp combine = partial_op(op);
   const std::size_t block = count * dtype_size(carried);
-  std::unique_ptr<unsigned char[]> widened;
-  const unsigned char* in = bytes_of(send);
-  if (carried != dtype) {
-    widened = std::make_unique_for_overwrite<unsigned char[]>(block * size_);
-    convert(send, dtype, widened.get(), carried, count * size_);
-    in = widened.get();
-  }
   // The block coming in, two going out (one on the wire while the next is
   // reduced) and, when it needs finishing, the result.
   auto scratch = std::make_unique_for_overwrite<unsigned char[]>(4 * block);
@@ -467,6 +504,113 @@ void GlooBackend::ring_reduce_scatter(const void* send, void* recv, std::size_t 
     sender->waitSend();
   }
   finish(result, recv, dtype, op, size_, count);
+}
+
+unsigned char* GlooBackend::scratch(std::size_t bytes) {
+  if (scratch_bytes_ < bytes) {
+    scratch_.reset();  // before the new one: the old may be as large
+    scratch_ = std::make_unique_for_overwrite<unsigned char[]>(bytes);
+    scratch_bytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
+// A buffer a peer and direction, so that a wait names the rank it is for.
+template <class Incoming>
+GlooBackend::Buffers GlooBackend::post_receives(std::uint64_t slot, Incoming&& incoming) {
+  Buffers receives(size_);
+  for (int q = 0; q < size_; ++q) {
+    const Part in = incoming(q);
+    if (q == rank_ || in.bytes == 0) continue;
+    receives[q] = mesh_->createUnboundBuffer(const_cast<void*>(in.data), in.bytes);
+    receives[q]->recv(q, slot, 0, in.bytes);
+  }
+  return receives;
+}
+
+template <class Outgoing>
+void GlooBackend::send_and_wait(std::uint64_t slot, Outgoing&& outgoing, Buffers& receives) {
+  Buffers sends(size_);
+  for (int q = 0; q < size_; ++q) {
+    const Part out = outgoing(q);
+    if (q == rank_ || out.bytes == 0) continue;
+    sends[q] = mesh_->createUnboundBuffer(const_cast<void*>(out.data), out.bytes);
+    sends[q]->send(q, slot, 0, out.bytes);
+  }
+  for (auto& r : receives)
+    if (r) r->waitRecv();
+  for (auto& s : sends)
+    if (s) s->waitSend();
+}
+
+template <class Outgoing, class Incoming>
+void GlooBackend::direct_step(std::uint64_t slot, Outgoing&& outgoing, Incoming&& incoming) {
+  Buffers receives = post_receives(slot, incoming);
+  send_and_wait(slot, outgoing, receives);
+}
+
+// Rank q reduces block q of every rank's values, in rank order, and
+// finishes it in the output's dtype; the ranks then share the blocks.
+void GlooBackend::direct_all_reduce(const void* send, void* recv, std::size_t count, DType dtype,
+                                    ReduceOp op) {
+  const DType carried = partial_dtype(dtype, op);
+  const ReduceOp combine = partial_op(op);
+  const std::size_t wide = dtype_size(carried);
+  const std::size_t narrow = dtype_size(dtype);
+  std::unique_ptr<unsigned char[]> widened;
+  const unsigned char* in = carried_values(send, dtype, carried, count, widened);
+  const Block mine = block_of(rank_, count, size_);
+  const std::size_t most = (count + size_ - 1) / size_;
+  // Each peer's part of block `mine`, and in our own slot the reduction.
+  unsigned char* parts = scratch(size_ * most * wide);
+  auto part_of = [&](int q) { return parts + q * most * wide; };
+  // The gathered blocks' receives go first, so that no peer's block waits
+  // for them. Block q arrives only once rank q has all of its parts, ours
+  // included: our reads of it (in place, the same memory) are over.
+  Buffers gathered = post_receives(kGatherSlot, [&](int q) {
+    const Block b = block_of(q, count, size_);
+    return Part{bytes_of(recv) + b.begin * narrow, b.size * narrow};
+  });
+  direct_step(
+      kScatterSlot,
+      [&](int q) {
+        const Block b = block_of(q, count, size_);
+        return Part{in + b.begin * wide, b.size * wide};
+      },
+      [&](int q) { return Part{part_of(q), mine.size * wide}; });
+  if (mine.size != 0) {
+    for (int q = 0; q < size_; ++q)
+      sources_[q] = q == rank_ ? in + mine.begin * wide : part_of(q);
+    cpu::reduce_sources(part_of(rank_), sources_.data(), size_, mine.size, carried, combine, 1);
+    finish(part_of(rank_), bytes_of(recv) + mine.begin * narrow, dtype, op, size_, mine.size);
+  }
+  send_and_wait(
+      kGatherSlot, [&](int) { return Part{bytes_of(recv) + mine.begin * narrow, mine.size * narrow}; },
+      gathered);
+}
+
+void GlooBackend::direct_reduce_scatter(const unsigned char* in, void* recv, std::size_t count,
+                                        DType dtype, ReduceOp op) {
+  const DType carried = partial_dtype(dtype, op);
+  const ReduceOp combine = partial_op(op);
+  const std::size_t block = count * dtype_size(carried);
+  // Each peer's block q, and in our own slot the reduction.
+  unsigned char* parts = scratch(block * size_);
+  auto part_of = [&](int q) { return parts + q * block; };
+  direct_step(
+      kScatterSlot, [&](int q) { return Part{in + q * block, block}; },
+      [&](int q) { return Part{part_of(q), block}; });
+  for (int q = 0; q < size_; ++q) sources_[q] = q == rank_ ? in + rank_ * block : part_of(q);
+  cpu::reduce_sources(part_of(rank_), sources_.data(), size_, count, carried, combine, 1);
+  finish(part_of(rank_), recv, dtype, op, size_, count);
+}
+
+void GlooBackend::direct_all_gather(const void* send, void* recv, std::size_t bytes) {
+  unsigned char* out = bytes_of(recv);
+  direct_step(
+      kGatherSlot, [&](int) { return Part{send, bytes}; },
+      [&](int q) { return Part{out + q * bytes, bytes}; });
+  if (send != out + rank_ * bytes) std::memcpy(out + rank_ * bytes, send, bytes);
 }
 
 void GlooBackend::broadcast(const OpContext& ctx, const void* send, void* recv, std::size_t bytes,

@@ -10,9 +10,18 @@
 // carry their data in that same exchange and are done with it, like the shm
 // backend's one-shot all_reduce: one network step, the agreement included,
 // and every rank reduces every rank's values in rank order. Larger ones then
-// run gloo's ring all-reduce and all-gather, its tree broadcast, or a ring
-// reduce-scatter of ours, with partial results in the representation of
-// comm/gloo/partial.hpp.
+// move their data in one of two ways (their bytes a rank are the same):
+// - direct, up to kMostDirectRanks ranks: every rank exchanges its parts
+//   with every peer at once. reduce_scatter and all_gather take one step,
+//   all_reduce two (a reduce-scatter whose blocks each rank reduces in rank
+//   order, then an all-gather of them), where a ring takes p - 1 and
+//   2(p - 1) steps of at least two segments each: each step costs a wake-up
+//   of every rank, which dominates up to megabytes on busy hosts.
+// - ring, past that: gloo's ring all-reduce and all-gather, and a ring
+//   reduce-scatter of ours, whose step count grows with p while direct's
+//   concurrent messages a rank do.
+// Broadcast is gloo's tree. Partial results travel in the representation
+// of comm/gloo/partial.hpp. CONCORD_GLOO_ALGORITHM=direct or ring forces one.
 //
 // Waits end at the communicator's timeout, on an interrupt, or when a
 // connection breaks (comm/gloo/transport.hpp). A rank that fails first
@@ -50,6 +59,9 @@ namespace concord::gloo {
 
 class SetupAgreement;
 
+// Up to how many ranks the large collectives go direct (see above).
+inline constexpr int kMostDirectRanks = 8;
+
 // How many bytes a peer the collectives of `ranks` ranks carry in the
 // agreement exchange: 32 KiB, less with many ranks, so that the exchange's
 // buffers (two messages a peer) stay near 2 MiB.
@@ -83,6 +95,9 @@ class GlooBackend final : public Backend, private Watch {
   // The agreement alone, for a backend that composes this one: every rank
   // fails with Mismatch when their calls differ. A barrier, too.
   void agree(const OpContext& ctx, CallKind kind, std::uint64_t count);
+  // Whether a collective whose every peer's part is `bytes` bytes goes in
+  // the agreement exchange, in one network step.
+  bool one_step(std::size_t bytes) const { return size_ == 1 || bytes <= one_shot_bytes_; }
 
  private:
   // What a rank sends in the agreement exchange after its record: rank q
@@ -103,8 +118,6 @@ class GlooBackend final : public Backend, private Watch {
   void begin(const OpContext& ctx);
   // The agreement exchange; throws Mismatch when the records differ.
   void exchange(const CallRecord& mine, Payload payload);
-  // Whether a peer's part of a collective of `bytes` bytes goes in the exchange.
-  bool one_step(std::size_t bytes) const { return size_ == 1 || bytes <= one_shot_bytes_; }
   // What rank q sent after its record in the last exchange.
   const unsigned char* payload_of(int q) const;
   // Posts the receives of the next exchange (once this one's payloads are
@@ -116,8 +129,31 @@ class GlooBackend final : public Backend, private Watch {
   void guarded(F&& body);
 
   void ring_all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op);
-  void ring_reduce_scatter(const void* send, void* recv, std::size_t count, DType dtype,
+  // The reduce-scatters take `in` in partial_dtype(dtype, op).
+  void ring_reduce_scatter(const unsigned char* in, void* recv, std::size_t count, DType dtype,
                            ReduceOp op);
+  void direct_all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op);
+  void direct_reduce_scatter(const unsigned char* in, void* recv, std::size_t count, DType dtype,
+                             ReduceOp op);
+  void direct_all_gather(const void* send, void* recv, std::size_t bytes);
+  // A region of memory a message comes from or goes to.
+  struct Part {
+    const void* data;
+    std::size_t bytes;
+  };
+  // At least `bytes` bytes of the direct collectives' scratch memory.
+  unsigned char* scratch(std::size_t bytes);
+  using Buffers = std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>>;
+  // One step with every peer at once: sends `outgoing(q)` to each peer q
+  // and receives its part into `incoming(q)` on `slot`; returns when all
+  // arrived and all went out. post_receives and send_and_wait are its two
+  // halves, for receives posted ahead.
+  template <class Outgoing, class Incoming>
+  void direct_step(std::uint64_t slot, Outgoing&& outgoing, Incoming&& incoming);
+  template <class Incoming>
+  Buffers post_receives(std::uint64_t slot, Incoming&& incoming);
+  template <class Outgoing>
+  void send_and_wait(std::uint64_t slot, Outgoing&& outgoing, Buffers& receives);
 
   // Watch
   std::chrono::steady_clock::time_point next_check() const override;
@@ -146,6 +182,7 @@ class GlooBackend final : public Backend, private Watch {
   std::vector<int> names_;
   double timeout_s_;
   std::size_t one_shot_bytes_;
+  bool direct_;  // the large collectives go direct, not in a ring
   std::size_t message_bytes_;  // a record and the largest payload
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<Mesh> mesh_;
@@ -165,6 +202,11 @@ class GlooBackend final : public Backend, private Watch {
   std::vector<bool> heard_;  // whose message of the current exchange arrived
   bool exchanging_ = false;  // a wait belongs to the agreement exchange
   std::vector<const void*> sources_;  // one a rank, for the one-shot reductions
+  // The direct collectives' scratch, kept from call to call: freshly
+  // allocated, tens of megabytes cost about as much CPU in page faults
+  // (the kernel zeroing each page) as the reductions over them.
+  std::unique_ptr<unsigned char[]> scratch_;
+  std::size_t scratch_bytes_ = 0;
 
   OpLabel label_{"", 0};
   SteadyClock::time_point deadline_;

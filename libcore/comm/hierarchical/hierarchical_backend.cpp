@@ -63,14 +63,19 @@ void HierarchicalBackend::abort(const Status& cause) noexcept {
   if (across_) across_->abort(cause);
 }
 
-void HierarchicalBackend::agree(const OpContext& ctx, CallKind kind, std::uint64_t count) {
+template <class Step>
+void HierarchicalBackend::on_world(Step&& step) {
   try {
-    world_->agree(ctx, kind, count);
+    step();
   } catch (const Error& e) {
     if (e.code() != StatusCode::kMismatch)
       abort({e.code() == StatusCode::kTimeout ? e.code() : StatusCode::kRemote, e.what()});
     throw;
   }
+}
+
+void HierarchicalBackend::agree(const OpContext& ctx, CallKind kind, std::uint64_t count) {
+  on_world([&] { world_->agree(ctx, kind, count); });
 }
 
 template <class Step>
@@ -101,6 +106,8 @@ void HierarchicalBackend::all_reduce_multi(const OpContext& ctx,
 
 void HierarchicalBackend::all_reduce(const OpContext& ctx, const void* send, void* recv,
                                      std::size_t count, DType dtype, ReduceOp op) {
+  if (world_->one_step(count * dtype_size(dtype)))
+    return on_world([&] { world_->all_reduce(ctx, send, recv, count, dtype, op); });
   agree(ctx, CallKind::kAllReduce, count);
   const DType carried = gloo::partial_dtype(dtype, op);
   const ReduceOp combine = gloo::partial_op(op);
@@ -157,6 +164,8 @@ void HierarchicalBackend::all_reduce(const OpContext& ctx, const void* send, voi
 // its host's), and shared on each host.
 void HierarchicalBackend::reduce_scatter(const OpContext& ctx, const void* send, void* recv,
                                          std::size_t count, DType dtype, ReduceOp op) {
+  if (world_->one_step(count * dtype_size(dtype)))
+    return on_world([&] { world_->reduce_scatter(ctx, send, recv, count, dtype, op); });
   agree(ctx, CallKind::kReduceScatter, count);
   if (count == 0) return;
   const DType carried = gloo::partial_dtype(dtype, op);
@@ -213,6 +222,8 @@ void HierarchicalBackend::reduce_scatter(const OpContext& ctx, const void* send,
 
 void HierarchicalBackend::all_gather(const OpContext& ctx, const void* send, void* recv,
                                      std::size_t bytes) {
+  if (world_->one_step(bytes))
+    return on_world([&] { world_->all_gather(ctx, send, recv, bytes); });
   agree(ctx, CallKind::kAllGather, bytes);
   if (bytes == 0) return;
   const std::size_t host_bytes = layout_.widest * bytes;  // padded to the widest host
@@ -240,6 +251,8 @@ void HierarchicalBackend::all_gather(const OpContext& ctx, const void* send, voi
 // ranks, then on every host.
 void HierarchicalBackend::broadcast(const OpContext& ctx, const void* send, void* recv,
                                     std::size_t bytes, int root) {
+  if (world_->one_step(bytes))
+    return on_world([&] { world_->broadcast(ctx, send, recv, bytes, root); });
   agree(ctx, CallKind::kBroadcast, bytes);
   if (bytes == 0) return;
   const int root_host = layout_.host_of[root];

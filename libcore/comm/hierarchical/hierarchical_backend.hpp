@@ -3,11 +3,14 @@
 // each byte crossing the network once. It composes three backends made by
 // the factory (comm/backends.cpp) over groups of the communicator's ranks:
 //
-// - world: gloo over every rank, for the agreement alone. Every collective
-//   starts with its exchange of CallRecords (128 bytes to every other rank,
-//   one network step), so ranks that disagree all fail with Mismatch before
-//   any data moves, a rank that never calls is named by every rank that
-//   timed out waiting for it, and a dead rank is seen by all.
+// - world: gloo over every rank. Every collective starts with its exchange
+//   of CallRecords (128 bytes to every other rank, one network step), so
+//   ranks that disagree all fail with Mismatch before any data moves, a
+//   rank that never calls is named by every rank that timed out waiting for
+//   it, and a dead rank is seen by all. Small collectives (the world's
+//   one-step size) run on the world alone, their data in that exchange:
+//   one network step instead of the agreement, two shm steps and the
+//   leaders' step between them, which is what their latency is made of.
 // - local: shm over this host's ranks.
 // - across: gloo over this rank's shard group (comm/hierarchical/host_layout.hpp),
 //   for local ranks below S only.
@@ -15,8 +18,8 @@
 // all_reduce: reduce the host's values into shards (an shm reduce-scatter
 // when the host has one rank a shard and the shards are of equal size, else
 // an shm all_reduce), all-reduce each shard within its shard group, share
-// the shards on each host (an shm all-gather, or one broadcast per shard). Small messages form one shard,
-// carried by the local leaders. reduce_scatter runs the same steps on
+// the shards on each host (an shm all-gather, or one broadcast per shard). Messages
+// below the sharding size form one shard, carried by the local leaders. reduce_scatter runs the same steps on
 // blocks laid out by their owners' hosts, all_gather gathers each host's
 // blocks, exchanges them among the leaders (padded to the widest host) and
 // broadcasts them on each host; broadcast goes from the root's host to the
@@ -60,6 +63,9 @@ class HierarchicalBackend final : public Backend {
  private:
   // The world's agreement; a failure other than Mismatch aborts all.
   void agree(const OpContext& ctx, CallKind kind, std::uint64_t count);
+  // Runs a collective on the world alone, failing as agree() does.
+  template <class Step>
+  void on_world(Step&& step);
   // Runs a step on `local` or `across`; a failure aborts all three
   // backends and is rethrown. Messages of the shm backend number the
   // host's ranks from 0: `note` says which ranks they are.
