@@ -25,6 +25,9 @@ _BLOCKED = textwrap.dedent("""
 
     how = sys.argv[1]
     signal.signal(signal.SIGUSR1, stop)
+    # Python's own Ctrl-C handler, also where the suite runs as a background
+    # job, whose children start with SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cc.init(timeout=60.0)
     rank = cc.rank()
 
