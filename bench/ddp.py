@@ -24,7 +24,10 @@ A step is zero_grad, forward, backward and an SGD step, with DDP as made
 by default (25 MB buckets, the first 1 MB; gradients copied into the
 buckets before their all-reduce and back after it) and with
 gradient_as_bucket_view=True (the gradients are views of the buckets: no
-copies). Reported per world size: the median step time of the slowest
+copies), and that again with concord.torch.allreduce_mean_hook on
+concord's group (the mean taken within the all-reduce, where DDP's own
+hook first divides each bucket; gloo keeps DDP's hook, having no AVG).
+Reported per world size: the median step time of the slowest
 rank, the same step under DDP's no_sync() (no communication), and the
 communication exposed in the step (the difference), with gloo's times over
 concord's. Target: steps at least 2x faster than gloo's on the
@@ -60,6 +63,10 @@ QUICK = Budget(seconds=3.0, min_iters=3, max_iters=30)
 # grad_sync.ddp_models' modules; the first is the communication-bound one.
 MODELS = ("no compute", "simulated backward")
 DDP_OPTIONS = {"default": {}, "bucket views": {"gradient_as_bucket_view": True}}
+# The same with concord's mean hook on concord's group (gloo keeps DDP's
+# default hook: it has no ReduceOp.AVG).
+MEAN_HOOK = "bucket views + mean hook"
+DDP_OPTIONS[MEAN_HOOK] = DDP_OPTIONS["bucket views"]
 
 
 # ---------------------------------------------------------------- workers
@@ -93,7 +100,7 @@ def worker(kind: str, plan: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    import concord.torch  # noqa: F401  (the backend, and env:// under concord-run)
+    import concord.torch  # the backend, its DDP hook, and env:// under concord-run
 
     torch.set_num_threads(1)
     dist.init_process_group("concord", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
@@ -120,6 +127,9 @@ def worker(kind: str, plan: dict) -> dict:
             models = {b: torch.nn.parallel.DistributedDataParallel(
                 ddp_models(torch, plan["work"])[name], process_group=group, **options)
                 for b, group in groups.items()}
+            if config == MEAN_HOOK:
+                models["concord"].register_comm_hook(groups["concord"],
+                                                     concord.torch.allreduce_mean_hook)
             fns = {(b, label): fn for b, model in models.items() for label, fn in zip(
                 ("step", "no_sync"), steps(model, torch.optim.SGD(model.parameters(), lr=1e-6)))}
             medians = interleaved(list(fns.values()), budget, dist.barrier, max_over_ranks)

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 import concord.torch  # noqa: F401  (registers the backend)
+from concord.torch import allreduce_mean_hook
 from helpers import RankChecks, host, rank_data, wide_reference
 
 DTYPES = {
@@ -278,6 +279,11 @@ DDP_VARIANTS = {
     "gradient as bucket view": {"gradient_as_bucket_view": True},
     "unused parameters": {"find_unused_parameters": True},
     "bf16 compression hook": {"hook": default_hooks.bf16_compress_hook},
+    # concord's hook against torch's default one, which gloo runs (gloo has
+    # no ReduceOp.AVG).
+    "concord's mean hook, gradient as bucket view": {
+        "hook": (allreduce_mean_hook, default_hooks.allreduce_hook),
+        "gradient_as_bucket_view": True},
 }
 DDP_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 # The hook all-reduces bfloat16 gradients: gloo sums them in bfloat16 rank
@@ -304,16 +310,19 @@ class Net(torch.nn.Module):
         return self.last(y) if use_last else y
 
 
-def train(seed, device, group, options):
+def train(seed, device, group, options, side=0):
     """DDP_STEPS steps of SGD with momentum on rank-dependent batches from a
     rank-dependent initialisation (DDP starts from rank 0's); the second
-    step accumulates two micro-batches, the first under no_sync. Returns
-    the parameters and buffers after the last step."""
+    step accumulates two micro-batches, the first under no_sync. A variant
+    with a pair of hooks uses the first on concord (side 0), the second on
+    gloo (side 1). Returns the parameters and buffers after the last step."""
     rank = dist.get_rank()
     torch.manual_seed(seed * 1009 + rank)
     model = Net().to(device)
     options = dict(options)
     hook = options.pop("hook", None)
+    if isinstance(hook, tuple):  # (concord's, gloo's)
+        hook = hook[side]
     skips = options.get("find_unused_parameters", False)
     device_ids = [device] if device.type == "cuda" else None
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids,
@@ -346,8 +355,9 @@ def ddp(checks, gloo):
     ranks), from the same data; the replicas must also stay identical."""
     for name, options in DDP_VARIANTS.items():
         ours = train(checks.seed, checks.device, None, options)
-        theirs = train(checks.seed, checks.device, gloo, options)
-        tolerance = DDP_HOOK_TOLERANCE if "hook" in options else DDP_TOLERANCE
+        theirs = train(checks.seed, checks.device, gloo, options, side=1)
+        compressed = options.get("hook") is default_hooks.bf16_compress_hook
+        tolerance = DDP_HOOK_TOLERANCE if compressed else DDP_TOLERANCE
         for i, (a, b) in enumerate(zip(ours, theirs)):
             checks.checks += 1
             if not torch.allclose(a.double(), b.double(), **tolerance):
