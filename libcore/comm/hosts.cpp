@@ -21,24 +21,6 @@ void mix_file_identity(Digest& digest, const char* path) {
   if (stat(path, &st) == 0) digest.mix(st.st_dev).mix(st.st_ino);
 }
 
-}  // namespace
-
-std::string host_identity() {
-  if (auto id = env::get("CONCORD_HOST_ID")) return *id;
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
-  Digest digest;
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  for (std::string boot_id; std::getline(boot, boot_id);)
-    for (char c : boot_id) digest.mix(static_cast<unsigned char>(c));
-  mix_file_identity(digest, "/dev/shm");
-  mix_file_identity(digest, "/proc/self/ns/pid");
-  return concat(name[0] ? name : "localhost", "/", std::hex, std::setw(8), std::setfill('0'),
-                digest.value() >> 32);
-}
-
-namespace {
-
 // The list travels as one value: each identity as its length, ':', itself
 // (an identity set through CONCORD_HOST_ID may hold any byte).
 std::string encode_hosts(const std::vector<std::string>& hosts) {
@@ -66,6 +48,20 @@ std::vector<std::string> decode_hosts(const std::string& value, int size) {
 }
 
 }  // namespace
+
+std::string host_identity() {
+  if (auto id = env::get("CONCORD_HOST_ID")) return *id;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) name[0] = '\0';
+  Digest digest;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  for (std::string boot_id; std::getline(boot, boot_id);)
+    for (char c : boot_id) digest.mix(static_cast<unsigned char>(c));
+  mix_file_identity(digest, "/dev/shm");
+  mix_file_identity(digest, "/proc/self/ns/pid");
+  return concat(name[0] ? name : "localhost", "/", std::hex, std::setw(8), std::setfill('0'),
+                digest.value() >> 32);
+}
 
 std::vector<std::string> exchange_hosts(StoreClient& store, const std::string& name, int rank,
                                         int size, double timeout_s, const std::string& mine) {

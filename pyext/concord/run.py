@@ -205,13 +205,13 @@ def _pump(pipe: BinaryIO, stream: TextIO, prefix: bytes, tail: collections.deque
                 tail.append(piece.decode(errors="replace"))
 
 
-def _rank_cpus(cpu_bind: str, local_rank: int) -> set[int] | None:
-    """The CPUs local rank `local_rank` may run on (None: wherever the
-    launcher may)."""
+def _rank_cpus(cpu_bind: str, nprocs: int) -> list[set[int] | None]:
+    """The CPUs each local rank may run on (None: wherever the launcher
+    may)."""
     if cpu_bind == "none":
-        return None
+        return [None] * nprocs
     cpus = sorted(os.sched_getaffinity(0))
-    return {cpus[local_rank % len(cpus)]}
+    return [{cpus[local_rank % len(cpus)]} for local_rank in range(nprocs)]
 
 
 def _start_rank(rank: int, command: list[str], env: dict[str, str], exits: queue.Queue,
@@ -359,6 +359,7 @@ def _run(args: argparse.Namespace) -> int:
     if master_port is None:  # one node: a free port for torch's store
         master_port = _launching.free_port(args.master_addr)
     command = _rank_command(args.target, args.module)
+    rank_cpus = _rank_cpus(args.cpu_bind, args.nprocs)
     ranks: dict[int, _Rank] = {}
     exits: queue.Queue = queue.Queue()
     lock = threading.Lock()
@@ -384,8 +385,7 @@ def _run(args: argparse.Namespace) -> int:
                 local_world_size=args.nprocs, master_addr=args.master_addr,
                 master_port=master_port, store_port=store_port, token=token,
                 timeout_s=args.timeout))
-            ranks[rank] = _start_rank(rank, command, env, exits, lock,
-                                      _rank_cpus(args.cpu_bind, local_rank))
+            ranks[rank] = _start_rank(rank, command, env, exits, lock, rank_cpus[local_rank])
             supervisor.running.add(rank)
         supervisor.run()
     except BaseException:
