@@ -113,7 +113,8 @@ class ConcordCollectives:
         if op == "all_gather":
             return lambda: cc.all_gather(x, out=y)
         if op == "broadcast":
-            return lambda: cc.broadcast(x, root=0, out=y)
+            # In place, as torch's and Open MPI's: the root's output holds its input.
+            return lambda: cc.broadcast(y, root=0, out=y)
         return lambda: cc.reduce_scatter(x, out=y)
 
     def close(self) -> None:
@@ -459,8 +460,8 @@ def print_header(mode: Mode, libs: list[str]) -> None:
         print(f"  {LABELS[lib]}: {lib_version(lib)}")
     print("size: each rank's buffer for all_reduce and broadcast (root 0); the full output (world size\n"
           "  x each rank's input) for all_gather; the full input for reduce_scatter (each rank keeps\n"
-          "  size/n), as nccl-tests. torch's all_reduce and broadcast and Open MPI's broadcast run in\n"
-          "  place (the others out of place).\n"
+          "  size/n), as nccl-tests. Every broadcast and torch's all_reduce run in place (the others\n"
+          "  out of place).\n"
           "us: median over iterations of the slowest rank's time (each rank times every iteration,\n"
           "  the times are reduced with MAX), after warm-up, with a barrier before the timed loop;\n"
           f"  iterations adapt to the size ({mode.budget.min_iters}..{mode.budget.max_iters}, "
