@@ -27,7 +27,9 @@ def main(argv):
     module = load_module(module_file, f"_concord_gpu_test_{Path(module_file).stem}")
     fn = getattr(module, function)
     result = fn(*json.loads(args))
-    rank = os.environ.get("RANK") or os.environ["OMPI_COMM_WORLD_RANK"]  # mpirun sets no RANK
+    # The rank as its launcher numbers it: mpirun and srun set no RANK.
+    rank = next(os.environ[name] for name in ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+                if name in os.environ)
     path = Path(out_dir) / f"rank{rank}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

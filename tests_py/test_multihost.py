@@ -1,7 +1,8 @@
 """Ranks on several hosts: test hosts are network namespaces with their own
 host name and /dev/shm (netns.py), the ranks of each started by a
 concord-run of its own (--nnodes, --node-rank, --master-addr), by mpirun or
-torchrun across the hosts, or directly where a launcher would get in the way.
+torchrun across the hosts, or directly (with srun's variables, or where a
+launcher would get in the way).
 
 Each job runs many checks in one launch (starting ranks is the cost on a
 small machine); every rank returns the checks that failed.
@@ -293,6 +294,37 @@ def test_ranks_started_by_torchrun_across_hosts(test_hosts, tmp_path, seed):
                           errors="replace")
               for node in range(2)]
     results = _finish(agents, _JOB_TIMEOUT_S)
+    assert all(code == 0 for code, _, _ in results), _outputs(results)
+    _check_two_hosts_of_two_ranks(tmp_path, seed)
+
+
+# What srun's step daemon does on a node: starts the node's tasks, each with
+# its rank variables, in one mount namespace (so one /dev/shm), and fails
+# when one fails. argv: tasks per node, node index, then the task's command.
+_SLURM_NODE = """
+import os, subprocess, sys
+per_node, node, command = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+tasks = [subprocess.Popen(command, env=dict(os.environ, SLURM_PROCID=str(node * per_node + local),
+                                            SLURM_LOCALID=str(local), SLURM_NODEID=str(node)))
+         for local in range(per_node)]
+sys.exit(max(task.wait() for task in tasks))
+"""
+
+
+def test_ranks_started_as_srun_starts_them_across_hosts(test_hosts, tmp_path, seed):
+    # No Slurm here: each host starts its tasks with the variables srun
+    # gives them (--nodes 2 --ntasks-per-node 2) and the three of concord's
+    # that the guide says to export.
+    hosts = test_hosts(2)
+    env = dict(_job_env(secrets.token_hex(16)), CONCORD_MASTER_ADDR=hosts.address(0),
+               CONCORD_MASTER_PORT=str(_STORE_PORT), SLURM_NTASKS="4", SLURM_NNODES="2",
+               SLURM_STEP_NUM_NODES="2", SLURM_JOB_NUM_NODES="2")
+    nodes = [hosts.popen(node, [sys.executable, "-c", _SLURM_NODE, "2", str(node), sys.executable,
+                                *_worker_args(_a_few_collectives, [seed], tmp_path)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace")
+             for node in range(2)]
+    results = _finish(nodes, _JOB_TIMEOUT_S)
     assert all(code == 0 for code, _, _ in results), _outputs(results)
     _check_two_hosts_of_two_ranks(tmp_path, seed)
 
