@@ -111,18 +111,23 @@ def _outputs(results):
                      for i, (code, out, err) in enumerate(results))
 
 
+def _run_on_every_host(hosts, argv, env, timeout=_JOB_TIMEOUT_S):
+    """argv(node) on every host, to its end; each must succeed."""
+    processes = [hosts.popen(node, argv(node), env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace")
+                 for node in range(hosts.count)]
+    results = _finish(processes, timeout)
+    assert all(code == 0 for code, _, _ in results), _outputs(results)
+
+
 def _run_job(hosts, nprocs, fn, *args, tmp_path, timeout=_JOB_TIMEOUT_S):
     """fn(*args) on `nprocs` ranks of each host, one concord-run per host;
     the results in rank order."""
     out_dir = tmp_path / f"{fn.__name__}-{secrets.token_hex(3)}"
     out_dir.mkdir()
-    env = _job_env(secrets.token_hex(16))
-    launchers = [hosts.popen(node, _launcher(hosts, node, nprocs, *_worker_args(fn, args, out_dir)),
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, errors="replace")
-                 for node in range(hosts.count)]
-    results = _finish(launchers, timeout)
-    assert all(code == 0 for code, _, _ in results), _outputs(results)
+    _run_on_every_host(
+        hosts, lambda node: _launcher(hosts, node, nprocs, *_worker_args(fn, args, out_dir)),
+        _job_env(secrets.token_hex(16)), timeout)
     return [json.loads((out_dir / f"rank{rank}.json").read_text())
             for rank in range(hosts.count * nprocs)]
 
@@ -285,16 +290,11 @@ def test_ranks_started_by_torchrun_across_hosts(test_hosts, tmp_path, seed):
     # concord's store and publishes it through torch's on node0.
     env = _job_env("")
     del env["CONCORD_JOB_TOKEN"]
-    agents = [hosts.popen(node, [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                                 "--node-rank", str(node), "--nproc-per-node", "2",
-                                 "--master-addr", hosts.address(0),
-                                 "--master-port", str(_MASTER_PORT),
-                                 *_worker_args(_a_few_collectives, [seed], tmp_path)],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          errors="replace")
-              for node in range(2)]
-    results = _finish(agents, _JOB_TIMEOUT_S)
-    assert all(code == 0 for code, _, _ in results), _outputs(results)
+    _run_on_every_host(
+        hosts, lambda node: [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                             "--node-rank", str(node), "--nproc-per-node", "2",
+                             "--master-addr", hosts.address(0), "--master-port", str(_MASTER_PORT),
+                             *_worker_args(_a_few_collectives, [seed], tmp_path)], env)
     _check_two_hosts_of_two_ranks(tmp_path, seed)
 
 
@@ -319,13 +319,9 @@ def test_ranks_started_as_srun_starts_them_across_hosts(test_hosts, tmp_path, se
     env = dict(_job_env(secrets.token_hex(16)), CONCORD_MASTER_ADDR=hosts.address(0),
                CONCORD_MASTER_PORT=str(_STORE_PORT), SLURM_NTASKS="4", SLURM_NNODES="2",
                SLURM_STEP_NUM_NODES="2", SLURM_JOB_NUM_NODES="2")
-    nodes = [hosts.popen(node, [sys.executable, "-c", _SLURM_NODE, "2", str(node), sys.executable,
-                                *_worker_args(_a_few_collectives, [seed], tmp_path)],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         errors="replace")
-             for node in range(2)]
-    results = _finish(nodes, _JOB_TIMEOUT_S)
-    assert all(code == 0 for code, _, _ in results), _outputs(results)
+    _run_on_every_host(
+        hosts, lambda node: [sys.executable, "-c", _SLURM_NODE, "2", str(node), sys.executable,
+                             *_worker_args(_a_few_collectives, [seed], tmp_path)], env)
     _check_two_hosts_of_two_ranks(tmp_path, seed)
 
 
