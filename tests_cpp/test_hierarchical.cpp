@@ -11,11 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include "collective_checks.hpp"
 #include "collective_suite.hpp"
 #include "comm/hosts.hpp"
 #include "rendezvous/store.hpp"
 #include "env_guard.hpp"
 #include "spawn_ranks.hpp"
+#include "status_helpers.hpp"
 
 using namespace concord;
 using namespace concord::testing;
@@ -85,6 +87,43 @@ TEST_CASE("shm+gloo all_reduce of large messages sharded over the ranks of each 
                      {{DType::kFloat32, ReduceOp::kSum}, {DType::kBFloat16, ReduceOp::kMean},
                       {DType::kInt8, ReduceOp::kMean}});
     check_all_reduce(layout, {1000003}, {{DType::kFloat32, ReduceOp::kSum}});
+  }
+  // 2 x 2, shards of several MiB (bfloat16 carried in float32).
+  check_all_reduce(hosts_of({2, 2}), {2500002},
+                   {{DType::kFloat32, ReduceOp::kSum}, {DType::kFloat64, ReduceOp::kMax}});
+  check_all_reduce(hosts_of({2, 2}), {4194306},
+                   {{DType::kBFloat16, ReduceOp::kMean}, {DType::kInt32, ReduceOp::kProd}});
+}
+
+TEST_CASE("shm+gloo: an abort while large all_reduces run fails every rank fast",
+          "[shm+gloo][errors]") {
+  // Rank 3 aborts from another thread while every rank, itself included,
+  // runs 16 MiB all_reduces: whichever step each rank is in (on its host
+  // or across hosts), it fails, and none hangs.
+  constexpr int kAborting = 3;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<double> seconds(4);
+  auto statuses = statuses_of(4, 30.0, [&](Communicator& comm) {
+    std::vector<float> x(4u << 20, 1.0f);
+    const TensorView v = TensorView::flat(x.data(), std::int64_t(x.size()), DType::kFloat32);
+    comm.barrier(false);
+    std::thread aborter;
+    if (comm.rank() == kAborting)
+      aborter = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        comm.abort();
+      });
+    Status status;
+    for (int i = 0; i < 1000 && status.ok(); ++i)
+      status = status_of([&] { comm.all_reduce(v, v, ReduceOp::kSum, false); });
+    seconds[comm.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (aborter.joinable()) aborter.join();
+    throw Error(status.code, status.message);
+  }, BackendChoice::kAuto, hosts_of({2, 2}).hosts);
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << statuses[r].message);
+    CHECK(seconds[r] < 5.0);  // as check_abort: the ranks start and abort within it
+    CHECK(statuses[r].code == (r == kAborting ? StatusCode::kAborted : StatusCode::kRemote));
   }
 }
 
