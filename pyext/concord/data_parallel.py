@@ -506,12 +506,13 @@ def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *, axi
 
 # ---- the artifex-style class ----------------------------------------------------
 
-def _create_mesh(mesh_shape=None, *, comm=None, data_axis="data"):
-    """A mesh from {axis name: size}; None: every rank along `data_axis`."""
+def _create_mesh(mesh_shape=None, *, comm=None, data_axis="data", devices=None):
+    """A mesh from {axis name: size} (None: every rank along `data_axis`),
+    laid over `devices` (see DeviceMeshManager.create_device_mesh)."""
     manager = DeviceMeshManager(comm)
     if mesh_shape is None:
-        return manager.create_data_parallel_mesh(axis_name=data_axis)
-    return manager.create_device_mesh(mesh_shape)
+        mesh_shape = {data_axis: manager.num_devices}
+    return manager.create_device_mesh(mesh_shape, devices)
 
 
 class DataParallel:
@@ -543,10 +544,12 @@ class DataParallel:
     def _pick(self, mesh):
         return mesh if mesh is not None else self.mesh
 
-    def create_mesh(self, mesh_shape=None, *, comm=None):
+    def create_mesh(self, mesh_shape=None, *, comm=None, devices=None):
         """Builds the mesh this object uses from {axis name: size} (None:
-        every rank along the data axis) and returns it."""
-        self._mesh = _create_mesh(mesh_shape, comm=comm, data_axis=self.data_axis)
+        every rank along the data axis), laid over `devices` (ranks, in
+        row-major order; None: in their own), and returns it."""
+        self._mesh = _create_mesh(mesh_shape, comm=comm, data_axis=self.data_axis,
+                                  devices=devices)
         return self._mesh
 
     def create_sharding(self, mesh=None, data_axis=None):
