@@ -13,7 +13,7 @@ import pytest
 
 import concord as cc
 from concord.data_parallel import DataParallel
-from concord.mesh import axis_comm
+from concord.mesh import BATCH_AXIS, axis_comm
 
 
 # ---- one process ---------------------------------------------------------------
@@ -98,6 +98,10 @@ def test_axis_comm_resolution(world1):
         with pytest.raises(ValueError, match=r"unknown axis 'batch'; mesh axes are "
                                              r"\('data', 'fsdp'\)"):
             axis_comm("batch")
+        # A function's default "batch", which its caller left: the whole mesh.
+        assert BATCH_AXIS == "batch"
+        assert axis_comm(BATCH_AXIS) is mesh.comm()
+    assert axis_comm(BATCH_AXIS) is world1
 
 
 def test_partition_spec():

@@ -37,6 +37,7 @@ from ._traced import traced
 from .arrays import as_array, front_to_axis, namespace
 from .errors import InvalidArgumentError
 from .mesh import (
+    BATCH_AXIS,
     DeviceMeshManager,
     Mesh,
     NamedSharding,
@@ -486,15 +487,16 @@ def spmd_train_step(params, optimizer, loss_fn, batch, opt_state, *, axis_name=N
                                      axis_comm(axis_name, mesh))
 
 
-def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *, axis_name="batch",
-                             mesh=None):
+def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *,
+                             axis_name=BATCH_AXIS, mesh=None):
     """datarax's training step, compiled with jax.jit (once per loss_fn,
     optimizer, communicator and shapes). `state` has .params, .opt_state,
     .step, optionally .model_state, and .replace() (a flax TrainState, say);
     loss_fn(variables, batch, rngs=rngs) gets {"params": params,
     **state.model_state}; `optimizer` follows optax's protocol. The mean of
-    the gradients over `axis_name` (the seeds' "batch": the world when no
-    mesh is active) is a concord all-reduce inside the computation. Returns
+    the gradients over `axis_name` (the seeds' "batch": that axis of the
+    mesh, the whole mesh when it has none, the world when no mesh is
+    active) is a concord all-reduce inside the computation. Returns
     (the state with step + 1, {"loss": the mean loss over the ranks}).
     ShardedArray parameters are refused (InvalidArgumentError)."""
     _refuse_sharded("data_parallel_train_step", state.params, _SHARDED_STEP)

@@ -28,6 +28,8 @@ from ._pytree import agree
 from .errors import InvalidArgumentError
 
 __all__ = [
+    "BATCH_AXIS",
+    "DefaultAxisName",
     "DeviceMeshManager",
     "Mesh",
     "NamedSharding",
@@ -254,16 +256,34 @@ def current_mesh():
     return _active_mesh.get()
 
 
+class DefaultAxisName(str):
+    """An axis name a function uses when its caller names none. The caller
+    asked for no axis in particular, so on a mesh without an axis of that
+    name it stands for the whole mesh, where the same name passed by the
+    caller, a plain str, is an error."""
+
+    __slots__ = ()
+
+
+# The JAX libraries' default axis (datarax's collectives and training step):
+# the axis of that name, the whole mesh on a mesh without one, and the
+# whole world with no mesh, as every name is there.
+BATCH_AXIS = DefaultAxisName("batch")
+
+
 def axis_comm(axis_name, mesh=None):
     """The communicator an `axis_name` argument stands for.
 
     None is the whole communicator: the mesh's (`mesh`, else the active
     one) or, with no mesh, the world. With a mesh, a name or tuple of names
-    must be its axes (ValueError otherwise). With no mesh, every name stands
-    for the whole world.
+    must be its axes (ValueError otherwise), but a DefaultAxisName the mesh
+    has no axis of is the whole mesh. With no mesh, every name stands for
+    the whole world.
     """
     mesh = mesh if mesh is not None else current_mesh()
     if mesh is not None:
+        if isinstance(axis_name, DefaultAxisName) and axis_name not in mesh.shape:
+            return mesh.comm()
         return mesh.comm(axis_name)
     if axis_name is not None:
         _axis_names_tuple(axis_name)
