@@ -225,6 +225,7 @@ def test_the_pyx_imports_are_read(graph):
 @pytest.mark.parametrize("module, allowed", [
     ("concord._constants", set()),
     ("concord._aliases", set()),
+    ("concord._on_import", set()),
     ("concord.errors", {"concord._constants"}),
     ("concord._world", {"concord.errors", "concord._constants"}),
 ])

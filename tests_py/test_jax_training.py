@@ -5,9 +5,10 @@ A small MLP trained for a few steps on 3 ranks, each on its third of a
 global batch, with the gradient mean a concord all-reduce inside the
 compiled step: every rank must end with the same parameters, those of one
 process trained on the whole batch (computed here, without concord). The
-step is written four ways: plain concord.jax, the seeds'
+step is written five ways: plain concord.jax, the seeds'
 reduce_gradients_across_devices, spmd_train_step inside the caller's jit,
-and data_parallel_train_step.
+and data_parallel_train_step with no mesh and on a mesh without its
+default axis "batch".
 """
 
 from typing import Any, NamedTuple
@@ -31,8 +32,10 @@ RANKS = 3
 BATCH = 4 * RANKS
 STEPS = 5
 LEARNING_RATE = 0.1
+# The default axis "batch" on a mesh without it is the whole mesh.
+ON_A_MESH = "data_parallel_train_step on a mesh without 'batch'"
 VARIANTS = ("concord.jax", "reduce_gradients_across_devices", "spmd_train_step",
-            "data_parallel_train_step")
+            "data_parallel_train_step", ON_A_MESH)
 
 
 def join_world():
@@ -95,6 +98,9 @@ def sgd_step(params, grads):
 
 def train(variant, params, batch):
     """STEPS steps of one variant on this rank's shard; the final params."""
+    if variant == ON_A_MESH:
+        with cc.use_mesh(cc.make_mesh((1, RANKS), ("model", "data"))):
+            return train("data_parallel_train_step", params, batch)
     optimizer = Sgd(LEARNING_RATE)
     if variant == "data_parallel_train_step":
         def loss_fn(variables, batch, rngs=None):
@@ -194,6 +200,8 @@ def seeds_inside_jit(seed):
         data_parallel.DataParallel.all_reduce_gradients_static)(grads), mean)
     mesh = cc.make_mesh((n, 1), ("data", "model"))
     with cc.use_mesh(mesh):
+        check("reduce_mean_collective on a mesh without 'batch'",
+              jax.jit(metrics.reduce_mean_collective)(grads), mean)
         check("mesh axis data", jax.jit(lambda g: data_parallel.reduce_gradients_across_devices(
             g, "mean", "data"))(grads), mean)
         check("mesh axis model", jax.jit(lambda g: data_parallel.reduce_gradients_across_devices(

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import concord as cc
-from concord.mesh import axis_comm
+from concord.data_parallel import DataParallel
+from concord.mesh import BATCH_AXIS, axis_comm
 
 
 # ---- one process ---------------------------------------------------------------
@@ -97,6 +98,10 @@ def test_axis_comm_resolution(world1):
         with pytest.raises(ValueError, match=r"unknown axis 'batch'; mesh axes are "
                                              r"\('data', 'fsdp'\)"):
             axis_comm("batch")
+        # A function's default "batch", which its caller left: the whole mesh.
+        assert BATCH_AXIS == "batch"
+        assert axis_comm(BATCH_AXIS) is mesh.comm()
+    assert axis_comm(BATCH_AXIS) is world1
 
 
 def test_partition_spec():
@@ -133,6 +138,38 @@ def test_device_mesh_manager_on_one_rank(world1):
     assert manager.get_mesh_info(mesh)["axes"] == {"data": 1, "model": 1}
     with pytest.raises(ValueError, match="holds 2 ranks but the communicator has 1"):
         manager.create_data_parallel_mesh(2)
+
+
+@pytest.mark.parametrize("make", [
+    lambda devices: cc.make_mesh((2,), ("data", "model"), devices=devices),
+    lambda devices: cc.DeviceMeshManager.create_device_mesh({"data": 2}, devices),
+    lambda devices: cc.DeviceMeshManager().create_device_mesh([("data", 1), ("model", 2)],
+                                                              devices=devices),
+    lambda devices: DataParallel().create_mesh({"data": 2}, devices=devices),
+    lambda devices: DataParallel.create_mesh_static({"data": 2}, devices=devices),
+], ids=["make_mesh", "manager class", "manager", "DataParallel", "static"])
+@pytest.mark.parametrize("devices", [[0], [0, 1, 2], [], ["cpu:0"]])
+def test_a_device_count_unlike_the_mesh_is_refused_first(make, devices):
+    # No world is initialised (looking it up would raise ConcordError), and
+    # make_mesh's axis names do not match its shape: the count is checked
+    # before either.
+    with pytest.raises(cc.InvalidArgumentError,
+                       match=rf"devices holds {len(devices)} ranks but mesh shape \(.*\) holds 2$"):
+        make(devices)
+
+
+def test_devices_must_be_every_rank_once(world1):
+    for devices, message in [
+            (["cpu:0"], r"devices must be ranks of the communicator \(integers\), got \['cpu:0'\]"),
+            (3, "devices must be a sequence of ranks, got int"),
+            ([1], r"devices must list every rank of the communicator \(0 to 0\) once, got \[1\]"),
+            ([-1], r"every rank of the communicator \(0 to 0\) once, got \[-1\]")]:
+        with pytest.raises(cc.InvalidArgumentError, match=message):
+            cc.make_mesh((1,), ("data",), devices=devices)
+    mesh = cc.make_mesh((1, 1), ("data", "model"), devices=np.array([0]))
+    assert mesh.comm() is world1 and mesh.coords == {"data": 0, "model": 0}
+    mesh.close()
+    assert not world1.closed
 
 
 # ---- several ranks -------------------------------------------------------------
@@ -248,3 +285,62 @@ def test_named_sharding_and_manager_on_four_ranks():
                                   {"total_devices": 4, "axes": {"data": 2, "model": 2}})
         assert "holds 6 ranks but the communicator has 4" in seen["hybrid error"]
         assert seen["dp"] == {"data": 4}
+
+
+def _devices_job(order):
+    """What one rank sees of meshes laid over `order` (world ranks): its
+    mesh rank and coordinates, the world ranks of each group in
+    communicator order; then what lists unlike the mesh, or unlike the
+    peers', raise."""
+    cc.init(timeout=60.0)
+    shape = {"data": 2, "model": 2}
+    meshes = {
+        "make_mesh": cc.make_mesh(tuple(shape.values()), tuple(shape), devices=order),
+        "manager": cc.DeviceMeshManager.create_device_mesh(shape, order),
+        "DataParallel": DataParallel().create_mesh(shape, devices=order),
+        "DataParallel 1-D": DataParallel().create_mesh(devices=order),
+    }
+    seen = {}
+    for how, mesh in meshes.items():
+        seen[how] = {"rank": mesh.rank, "coords": mesh.coords,
+                     "groups": {name: _members(mesh.comm(name))
+                                for name in (None, *mesh.axis_names)}}
+        mesh.close()
+        seen[how]["closed"] = mesh.comm().closed
+    in_order = cc.make_mesh((2, 2), ("data", "model"), devices=range(4))
+    seen["in order is the world"] = in_order.comm() is cc.world()
+    for how, devices in [("short", order[:3]),
+                         ("unlike the peers'", order[::-1] if cc.rank() == 0 else order)]:
+        try:
+            cc.make_mesh((2, 2), ("data", "model"), devices=devices)
+        except cc.ConcordError as exc:
+            seen[how] = f"{type(exc).__name__}: {exc}"
+    # Nothing is left half done: the ranks are still in step.
+    seen["after"] = cc.all_reduce(np.ones(1)).tolist()
+    return seen
+
+
+def test_meshes_laid_over_devices_in_their_order(seed):
+    order = np.random.default_rng(seed).permutation(4).tolist()
+    if order == sorted(order):
+        order.reverse()
+    shape, names = (2, 2), ("data", "model")
+    for rank, seen in enumerate(cc.launch(_devices_job, 4, order)):
+        position = order.index(rank)
+        coords = dict(zip(names, map(int, np.unravel_index(position, shape))))
+        groups = {None: order, **{name: [order[p] for p in _expected_groups(shape, names,
+                                                                             (name,), position)]
+                                  for name in names}}
+        for how in ("make_mesh", "manager", "DataParallel"):
+            assert seen[how] == {"rank": position, "coords": coords, "groups": groups,
+                                 "closed": True}, how
+        assert seen["DataParallel 1-D"] == {"rank": position, "coords": {"data": position},
+                                            "groups": {None: order, "data": order},
+                                            "closed": True}
+        assert seen["in order is the world"]
+        assert seen["short"] == ("InvalidArgumentError: devices holds 3 ranks but mesh shape "
+                                 "(2, 2) holds 4")
+        assert seen["unlike the peers'"].startswith(
+            "MismatchError: make_mesh: ranks passed different devices; each group agrees "
+            "within itself: ranks [0]; ranks [1, 2, 3]")
+        assert seen["after"] == [4.0]

@@ -184,6 +184,65 @@ def test_functional_reductions_match_numpy(nprocs):
     assert results == [[]] * nprocs
 
 
+# ---- datarax's default axis "batch" on a mesh --------------------------------------
+
+def seeded_tree(seed, rank):
+    rng = np.random.default_rng([seed, rank])
+    return {"loss": rng.uniform(-2, 2, 5), "acc": rng.uniform(0, 1, (3, 2)).astype(np.float32),
+            "n": rng.integers(-40, 40, 7)}
+
+
+def _default_axis_job(seed):
+    """datarax's collectives on a 2 x 2 mesh with no "batch" axis, with the
+    default and with names passed; on one whose first axis is "batch"; and
+    with no mesh."""
+    cc.init(timeout=60.0)
+    mine = seeded_tree(seed, cc.rank())
+    seen = {}
+    with cc.use_mesh(cc.make_mesh((2, 2), ("data", "model"))):
+        seen["mean, default"] = metrics.reduce_mean_collective(mine)
+        seen["sum, default"] = metrics.reduce_sum_collective(mine)
+        seen["sum, data"] = metrics.reduce_sum_collective(mine, "data")
+        for how, call in [
+                ("mean, batch passed", lambda: metrics.reduce_mean_collective(mine, "batch")),
+                ("sum, batch passed by keyword",
+                 lambda: metrics.reduce_sum_collective(mine, axis_name="batch")),
+                ("reduce_sum, batch passed", lambda: metrics.reduce_sum(mine, axis_name="batch"))]:
+            try:
+                call()
+            except ValueError as exc:
+                seen[how] = f"{type(exc).__name__}: {exc}"
+    with cc.use_mesh(cc.make_mesh((2, 2), ("batch", "model"))):
+        seen["sum, default, a batch axis"] = metrics.reduce_sum_collective(mine)
+    seen["sum, default, no mesh"] = metrics.reduce_sum_collective(mine)
+    # The refused calls reduced nothing: the ranks are still in step.
+    seen["after"] = cc.all_reduce(np.ones(1)).tolist()
+    return seen
+
+
+def test_datarax_default_axis_is_the_whole_mesh_on_a_mesh_without_it(seed):
+    trees = [seeded_tree(seed, rank) for rank in range(4)]
+
+    def over(ranks, op):
+        return reference([trees[r] for r in ranks], op)
+
+    unknown = "InvalidArgumentError: unknown axis 'batch'; mesh axes are ('data', 'model')"
+    for rank, seen in enumerate(cc.launch(_default_axis_job, 4, seed)):
+        # Rank r sits at (r // 2, r % 2): its first axis holds r % 2 and r % 2 + 2.
+        first_axis = [rank % 2, rank % 2 + 2]
+        expected = {"mean, default": over(range(4), "mean"),
+                    "sum, default": over(range(4), "sum"),
+                    "sum, data": over(first_axis, "sum"),
+                    "sum, default, a batch axis": over(first_axis, "sum"),
+                    "sum, default, no mesh": over(range(4), "sum")}
+        for how, tree in expected.items():
+            assert same(seen[how], tree, rtol=1e-6) == [], how
+        for how in ("mean, batch passed", "sum, batch passed by keyword",
+                    "reduce_sum, batch passed"):
+            assert seen[how] == unknown, how
+        assert seen["after"] == [4.0]
+
+
 def test_reduce_custom_rejects_unknown_ops_before_communicating():
     # No world is initialised: a collective would raise ConcordError instead.
     with pytest.raises(ValueError, match="unknown reduce op 'median' for 'loss'"):

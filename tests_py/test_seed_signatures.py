@@ -104,6 +104,8 @@ def _datarax_data_parallel_job(seed):
                                                            model_parallel_size=1).shape,
         "model": dp.DeviceMeshManager.create_model_parallel_mesh(num_devices=RANKS).shape,
         "device mesh": dp.DeviceMeshManager.create_device_mesh({"data": RANKS}).shape,
+        "devices": dp.DeviceMeshManager.create_device_mesh([("data", RANKS)],
+                                                           list(range(RANKS))[::-1]).coords,
         "batch": dp.place_batch_on_shards(batch_of(seed, 2 * RANKS), sharding),
         "state": dp.place_model_state_on_shards(state, mesh),
         "mean": dp.reduce_gradients_across_devices(grads, reduce_type="mean"),
@@ -120,6 +122,7 @@ def test_datarax_mesh_manager_on_the_class_and_data_parallel_functions(seed):
         assert seen["hybrid"] == {"data": RANKS, "model": 1}
         assert seen["model"] == {"model": RANKS}
         assert seen["device mesh"] == {"data": RANKS}
+        assert seen["devices"] == {"data": RANKS - 1 - rank}
         rows = slice(2 * rank, 2 * rank + 2)
         for key, value in batch_of(seed, 2 * RANKS).items():
             assert_close(seen["batch"][key], value[rows])

@@ -51,7 +51,7 @@ STATIC = {
 }
 
 # concord.metrics: datarax's collective reductions, whose axis_name is
-# positional and defaults to "batch" (the whole world when no mesh is active).
+# positional and defaults to "batch" (see concord.mesh.BATCH_AXIS).
 COLLECTIVES = {
     "reduce_mean_collective": "reduce_mean",
     "reduce_sum_collective": "reduce_sum",
@@ -71,18 +71,22 @@ def bind_methods(cls, functions):
         setattr(cls, alias, staticmethod(functions[name]))
 
 
-def _collective(reduce, name, module):
-    def collective(metrics, axis_name="batch"):
+def _collective(reduce, name, module, default_axis):
+    def collective(metrics, axis_name=default_axis):
         return reduce(metrics, axis_name=axis_name)
 
     collective.__name__ = collective.__qualname__ = name
     collective.__module__ = module
-    collective.__doc__ = (f"{reduce.__name__} over `axis_name` (datarax's default \"batch\" is "
-                          "the whole world when no mesh is active).")
+    collective.__doc__ = (f"{reduce.__name__} over `axis_name`; datarax's default \"batch\" is "
+                          "that axis of the active mesh, the whole mesh when it has none, and "
+                          "the whole world when no mesh is active.")
     return collective
 
 
-def bind_collectives(namespace):
-    """Adds COLLECTIVES to a module's globals()."""
+def bind_collectives(namespace, default_axis):
+    """Adds COLLECTIVES to a module's globals(), their axis_name defaulting
+    to `default_axis` (concord.mesh.BATCH_AXIS, which the importing module
+    passes: nothing of concord is imported here)."""
     for alias, name in COLLECTIVES.items():
-        namespace[alias] = _collective(namespace[name], alias, namespace["__name__"])
+        namespace[alias] = _collective(namespace[name], alias, namespace["__name__"],
+                                       default_axis)

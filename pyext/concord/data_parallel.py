@@ -37,6 +37,7 @@ from ._traced import traced
 from .arrays import as_array, front_to_axis, namespace
 from .errors import InvalidArgumentError
 from .mesh import (
+    BATCH_AXIS,
     DeviceMeshManager,
     Mesh,
     NamedSharding,
@@ -96,6 +97,15 @@ def _leaf_signature(leaf):
     if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
         return tuple(leaf.shape), str(leaf.dtype)
     return type(leaf).__qualname__
+
+
+def _refuse_sharded(what, tree, why):
+    """InvalidArgumentError naming the first ShardedArray leaf of `tree`, if any."""
+    paths, leaves, _ = optree.tree_flatten_with_path(tree)
+    for path, leaf in zip(paths, leaves):
+        if isinstance(leaf, ShardedArray):
+            raise InvalidArgumentError(
+                f"{what}: leaf {_path_text(path)} is a ShardedArray; {why}")
 
 
 def _check_same_tree(what, treespec, leaves, comm):
@@ -254,13 +264,10 @@ def replicate_params(params, mesh_or_comm=None, root=0):
     """Every rank gets `root`'s params: one fused broadcast per array kind
     over the mesh's communicator (or the given Communicator; None: the
     active mesh's, else the world). Leaves keep their array types."""
+    _refuse_sharded("replicate_params", params,
+                    "each rank's block differs, replicate before shard_params")
     comm = _comm_of(mesh_or_comm)
-    paths, leaves, treespec = optree.tree_flatten_with_path(params)
-    for path, leaf in zip(paths, leaves):
-        if isinstance(leaf, ShardedArray):
-            raise InvalidArgumentError(
-                f"replicate_params: leaf {_path_text(path)} is a ShardedArray; each rank's block "
-                "differs, replicate before shard_params")
+    leaves, treespec = optree.tree_flatten(params)
     _check_same_tree("replicate_params", treespec, leaves, comm)
     values = [as_array(leaf) for leaf in leaves]
     return optree.tree_unflatten(treespec, fused_broadcast(values, root, comm))
@@ -461,6 +468,10 @@ def reduce_gradients_across_devices(grads, reduce_type="mean", axis_name=None, *
 
 # ---- compiled training steps of JAX code ------------------------------------------
 
+_SHARDED_STEP = ("these steps average every gradient over the ranks, mixing different "
+                 "ranks' blocks; reduce a sharded model's gradients with sync_gradients")
+
+
 def spmd_train_step(params, optimizer, loss_fn, batch, opt_state, *, axis_name=None, mesh=None):
     """One data-parallel step of JAX code, to call inside your own jax.jit:
     the loss and gradients of loss_fn(params, batch) on this rank's batch,
@@ -468,22 +479,27 @@ def spmd_train_step(params, optimizer, loss_fn, batch, opt_state, *, axis_name=N
     inside the same computation, then `optimizer`'s update (optax's
     protocol). Returns (mean loss, params, opt_state). The seeds' form
     takes a flax nnx model and optimizer, which update in place; without
-    flax the state goes in and out explicitly."""
+    flax the state goes in and out explicitly. ShardedArray parameters
+    are refused (InvalidArgumentError)."""
+    _refuse_sharded("spmd_train_step", params, _SHARDED_STEP)
     from .jax import _training
     return _training.spmd_train_step(params, optimizer, loss_fn, batch, opt_state,
                                      axis_comm(axis_name, mesh))
 
 
-def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *, axis_name="batch",
-                             mesh=None):
+def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *,
+                             axis_name=BATCH_AXIS, mesh=None):
     """datarax's training step, compiled with jax.jit (once per loss_fn,
     optimizer, communicator and shapes). `state` has .params, .opt_state,
     .step, optionally .model_state, and .replace() (a flax TrainState, say);
     loss_fn(variables, batch, rngs=rngs) gets {"params": params,
     **state.model_state}; `optimizer` follows optax's protocol. The mean of
-    the gradients over `axis_name` (the seeds' "batch": the world when no
-    mesh is active) is a concord all-reduce inside the computation. Returns
-    (the state with step + 1, {"loss": the mean loss over the ranks})."""
+    the gradients over `axis_name` (the seeds' "batch": that axis of the
+    mesh, the whole mesh when it has none, the world when no mesh is
+    active) is a concord all-reduce inside the computation. Returns
+    (the state with step + 1, {"loss": the mean loss over the ranks}).
+    ShardedArray parameters are refused (InvalidArgumentError)."""
+    _refuse_sharded("data_parallel_train_step", state.params, _SHARDED_STEP)
     from .jax import _training
     return _training.data_parallel_train_step(state, batch, rngs, loss_fn=loss_fn,
                                               optimizer=optimizer,
@@ -492,12 +508,13 @@ def data_parallel_train_step(loss_fn, optimizer, batch, state, rngs=None, *, axi
 
 # ---- the artifex-style class ----------------------------------------------------
 
-def _create_mesh(mesh_shape=None, *, comm=None, data_axis="data"):
-    """A mesh from {axis name: size}; None: every rank along `data_axis`."""
+def _create_mesh(mesh_shape=None, *, comm=None, data_axis="data", devices=None):
+    """A mesh from {axis name: size} (None: every rank along `data_axis`),
+    laid over `devices` (see DeviceMeshManager.create_device_mesh)."""
     manager = DeviceMeshManager(comm)
     if mesh_shape is None:
-        return manager.create_data_parallel_mesh(axis_name=data_axis)
-    return manager.create_device_mesh(mesh_shape)
+        mesh_shape = {data_axis: manager.num_devices}
+    return manager.create_device_mesh(mesh_shape, devices)
 
 
 class DataParallel:
@@ -529,10 +546,12 @@ class DataParallel:
     def _pick(self, mesh):
         return mesh if mesh is not None else self.mesh
 
-    def create_mesh(self, mesh_shape=None, *, comm=None):
+    def create_mesh(self, mesh_shape=None, *, comm=None, devices=None):
         """Builds the mesh this object uses from {axis name: size} (None:
-        every rank along the data axis) and returns it."""
-        self._mesh = _create_mesh(mesh_shape, comm=comm, data_axis=self.data_axis)
+        every rank along the data axis), laid over `devices` (ranks, in
+        row-major order; None: in their own), and returns it."""
+        self._mesh = _create_mesh(mesh_shape, comm=comm, data_axis=self.data_axis,
+                                  devices=devices)
         return self._mesh
 
     def create_sharding(self, mesh=None, data_axis=None):

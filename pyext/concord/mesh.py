@@ -7,11 +7,13 @@
         ...                          # axis names now resolve on this mesh
 
 Ranks are laid out in row-major order, as jax.make_mesh does: rank r has the
-coordinates ``numpy.unravel_index(r, shape)``. Creating a mesh is collective
-over its communicator (one ``split`` per axis, made at once on every rank);
-sub-communicators for tuples of axes are made on first use, which is
-collective too: every rank of the mesh must ask for the same tuples in the
-same order.
+coordinates ``numpy.unravel_index(r, shape)``, unless `devices` lists the
+ranks in another order (then the r-th of them has those coordinates, and
+the mesh runs on a communicator of its own, its ranks in that order).
+Creating a mesh is collective over its communicator (one ``split`` per
+axis, made at once on every rank); sub-communicators for tuples of axes
+are made on first use, which is collective too: every rank of the mesh
+must ask for the same tuples in the same order.
 """
 
 import contextlib
@@ -22,9 +24,12 @@ import threading
 import types
 
 from . import _world
+from ._pytree import agree
 from .errors import InvalidArgumentError
 
 __all__ = [
+    "BATCH_AXIS",
+    "DefaultAxisName",
     "DeviceMeshManager",
     "Mesh",
     "NamedSharding",
@@ -71,8 +76,9 @@ class Mesh:
     the order given).
     """
 
-    def __init__(self, shape, axis_names, comm):
+    def __init__(self, shape, axis_names, comm, *, owns_comm=False):
         self._comm = comm
+        self._owns_comm = owns_comm
         self.axis_names = axis_names
         self.shape = dict(zip(axis_names, shape))
         self.size = math.prod(shape)
@@ -139,10 +145,13 @@ class Mesh:
         return self._comm.split(color, self.axis_index(names))
 
     def close(self):
-        """Closes the sub-communicators this mesh created (not the one it
-        was made from)."""
+        """Closes the sub-communicators this mesh created, and its own
+        communicator when it made that one (for `devices` in another order
+        than the ranks'), not the one it was made from."""
         with self._lock:
             owned, self._owned = self._owned, {}
+            if self._owns_comm:
+                owned[None] = self._comm
         for comm in owned.values():
             comm.close()
 
@@ -158,14 +167,56 @@ def _mesh_sizes(shape):
         raise InvalidArgumentError(f"mesh shape must be integers, got {shape!r}") from None
 
 
-def make_mesh(shape, axis_names, *, comm=None):
+def _device_ranks(devices, sizes):
+    """`devices` as a list of ranks, which must be as many as the mesh of
+    `sizes` holds."""
+    try:
+        devices = list(devices)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"devices must be a sequence of ranks, got {type(devices).__name__}") from None
+    if len(devices) != math.prod(sizes):
+        raise InvalidArgumentError(
+            f"devices holds {len(devices)} ranks but mesh shape {sizes} holds "
+            f"{math.prod(sizes)}")
+    try:
+        return [operator.index(device) for device in devices]
+    except TypeError:
+        raise InvalidArgumentError(
+            f"devices must be ranks of the communicator (integers), got {devices!r}") from None
+
+
+def _mesh_over_devices(sizes, names, comm, ranks):
+    """The mesh laid over `ranks` (every rank of `comm` once) in that order."""
+    in_order = list(range(comm.size))
+    if sorted(ranks) != in_order:
+        raise InvalidArgumentError(
+            f"devices must list every rank of the communicator (0 to {comm.size - 1}) once, "
+            f"got {ranks}")
+    # Ranks passing different lists would pair different splits with each
+    # other, with no error.
+    agree(comm, repr(ranks), "make_mesh: ranks passed different devices", mine=ranks)
+    if ranks == in_order:
+        return Mesh(sizes, names, comm)
+    return Mesh(sizes, names, comm.split(0, ranks.index(comm.rank)), owns_comm=True)
+
+
+def make_mesh(shape, axis_names, *, comm=None, devices=None):
     """A Mesh over `comm` (the world by default) with the given axis sizes
     and names, ranks in row-major order. Collective over `comm`.
 
-    Raises ValueError when a size is below 1, names repeat, or the sizes do
-    not multiply to the communicator's size.
+    `devices`, as jax.make_mesh takes them, are the ranks of `comm` the mesh
+    is laid over, in row-major order: every rank once (a mesh covers its
+    communicator), the same list on every rank (MismatchError on every rank
+    otherwise). None: the ranks in their own order.
+
+    Raises ValueError when `devices` does not hold as many ranks as the
+    mesh (first, before anything else is looked at), when a size is below
+    1, names repeat, the sizes do not multiply to the communicator's size,
+    or `devices` is not every rank of it once.
     """
     sizes = _mesh_sizes(shape)
+    ranks = None if devices is None else _device_ranks(devices, sizes)
     names = _axis_names_tuple(axis_names)
     if len(sizes) != len(names):
         raise InvalidArgumentError(
@@ -179,7 +230,9 @@ def make_mesh(shape, axis_names, *, comm=None):
         raise InvalidArgumentError(
             f"mesh shape {sizes} holds {math.prod(sizes)} ranks but the communicator "
             f"has {comm.size}")
-    return Mesh(sizes, names, comm)
+    if ranks is None:
+        return Mesh(sizes, names, comm)
+    return _mesh_over_devices(sizes, names, comm, ranks)
 
 
 _active_mesh = contextvars.ContextVar("concord_active_mesh", default=None)
@@ -203,16 +256,34 @@ def current_mesh():
     return _active_mesh.get()
 
 
+class DefaultAxisName(str):
+    """An axis name a function uses when its caller names none. The caller
+    asked for no axis in particular, so on a mesh without an axis of that
+    name it stands for the whole mesh, where the same name passed by the
+    caller, a plain str, is an error."""
+
+    __slots__ = ()
+
+
+# The JAX libraries' default axis (datarax's collectives and training step):
+# the axis of that name, the whole mesh on a mesh without one, and the
+# whole world with no mesh, as every name is there.
+BATCH_AXIS = DefaultAxisName("batch")
+
+
 def axis_comm(axis_name, mesh=None):
     """The communicator an `axis_name` argument stands for.
 
     None is the whole communicator: the mesh's (`mesh`, else the active
     one) or, with no mesh, the world. With a mesh, a name or tuple of names
-    must be its axes (ValueError otherwise). With no mesh, every name stands
-    for the whole world.
+    must be its axes (ValueError otherwise), but a DefaultAxisName the mesh
+    has no axis of is the whole mesh. With no mesh, every name stands for
+    the whole world.
     """
     mesh = mesh if mesh is not None else current_mesh()
     if mesh is not None:
+        if isinstance(axis_name, DefaultAxisName) and axis_name not in mesh.shape:
+            return mesh.comm()
         return mesh.comm(axis_name)
     if axis_name is not None:
         _axis_names_tuple(axis_name)
@@ -329,11 +400,13 @@ class DeviceMeshManager:
         return self._comm if self._comm is not None else _world.current()
 
     @_ClassCallable
-    def create_device_mesh(self, mesh_shape):
-        """A mesh from {axis name: size} or [(axis name, size), ...]."""
+    def create_device_mesh(self, mesh_shape, devices=None):
+        """A mesh from {axis name: size} or [(axis name, size), ...], laid
+        over `devices` (datarax's: the ranks, in row-major order; their
+        number must be the mesh's) as make_mesh lays it."""
         items = list(mesh_shape.items() if isinstance(mesh_shape, dict) else mesh_shape)
         self._last = make_mesh([size for _, size in items], [name for name, _ in items],
-                               comm=self._resolved_comm())
+                               comm=self._comm, devices=devices)
         return self._last
 
     @_ClassCallable

@@ -5,12 +5,16 @@ ShardedArray: data_parallel makes and gathers them (shard_params,
 gather_params) and reduces gradients by how each leaf is sharded; the
 optimizers, clip_grad_norm and GradientSynchronizer work on each leaf's
 local block.
+
+To JAX a ShardedArray is a pytree node, registered once JAX is imported
+(concord never imports it).
 """
 
 import operator
 
 import optree
 
+from ._on_import import when_imported
 from .arrays import writable_copy
 from .errors import InvalidArgumentError
 
@@ -27,7 +31,11 @@ class ShardedArray:
     functions see each sharded parameter whole. In the "concord" namespace
     it is a node whose one child is `local`:
     ``optree.tree_map(f, tree, namespace="concord")`` maps f over the local
-    blocks and keeps the sharding (an optimizer step on shards, say).
+    blocks and keeps the sharding (an optimizer step on shards, say). It is
+    the same node in JAX's registry: jax.tree.map maps over `local`,
+    jax.jit and jax.grad take and return ShardedArrays, and global_shape,
+    dim and axis_name are static (a jitted function is traced again for
+    another sharding).
     """
 
     __slots__ = ("local", "global_shape", "dim", "axis_name")
@@ -55,12 +63,32 @@ class ShardedArray:
                 f"{self.global_shape}, dim={self.dim}, axis_name={self.axis_name!r})")
 
 
-optree.register_pytree_node(
-    ShardedArray,
-    lambda array: ((array.local,), (array.global_shape, array.dim, array.axis_name)),
-    lambda metadata, children: ShardedArray(children[0], *metadata),
-    namespace=SHARDED_ARRAY_NAMESPACE,
-)
+def _children(array):
+    """(the one child, the static sharding) of a ShardedArray pytree node."""
+    return (array.local,), (array.global_shape, array.dim, array.axis_name)
+
+
+def _from_children(sharding, children):
+    return ShardedArray(children[0], *sharding)
+
+
+optree.register_pytree_node(ShardedArray, _children, _from_children,
+                            namespace=SHARDED_ARRAY_NAMESPACE)
+
+
+def _register_with_jax(jax):
+    """ShardedArray in JAX's pytree registry, its child's key path `.local`."""
+    local = jax.tree_util.GetAttrKey("local")
+
+    def children_with_keys(array):
+        (child,), sharding = _children(array)
+        return ((local, child),), sharding
+
+    jax.tree_util.register_pytree_with_keys(ShardedArray, children_with_keys, _from_children,
+                                            flatten_func=_children)
+
+
+when_imported("jax", _register_with_jax)
 
 
 def local(leaf):
@@ -81,6 +109,6 @@ def writable(leaf):
 
 def flatten(tree):
     """(leaves, treespec) of a pytree whose leaves are arrays. ShardedArray
-    leaves stay whole: its pytree node is registered only in concord's own
-    optree namespace, so the default registry sees a leaf."""
+    leaves stay whole: its optree node is registered only in concord's own
+    namespace, so the default registry sees a leaf."""
     return optree.tree_flatten(tree)

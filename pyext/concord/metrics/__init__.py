@@ -20,6 +20,7 @@ own device.
 """
 
 from .. import _aliases
+from ..mesh import BATCH_AXIS
 from .aggregation import Cat, Max, Mean, Min, Sum, WeightedMean
 from .base import Metric
 from .classification import (
@@ -67,5 +68,5 @@ __all__ = [
     "reduce_sum",
 ]
 
-_aliases.bind_collectives(globals())
+_aliases.bind_collectives(globals(), BATCH_AXIS)
 __all__ += _aliases.COLLECTIVES
