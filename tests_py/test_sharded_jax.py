@@ -161,6 +161,11 @@ def test_jit_takes_and_returns_sharded_arrays(rng, dtype):
     np.testing.assert_array_equal(np.asarray(scale(renamed, np.asarray(2, dtype)).local),
                                   again.local * np.asarray(2, dtype))
     assert traces == [sharding[3] for sharding in SHARDINGS] + ["other"]
+    # Several axes given as a list are kept as a tuple, which jit can hash.
+    listed = ShardedArray(again.local, again.global_shape, again.dim, ["data", "model"])
+    assert listed.axis_name == ("data", "model")
+    np.testing.assert_array_equal(np.asarray(scale(listed, np.asarray(2, dtype)).local),
+                                  again.local * np.asarray(2, dtype))
 
 
 def test_grad_with_respect_to_a_sharded_array_is_a_sharded_array(rng):

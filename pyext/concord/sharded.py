@@ -47,7 +47,9 @@ class ShardedArray:
         if not 0 <= self.dim < len(self.global_shape):
             raise InvalidArgumentError(
                 f"ShardedArray: dim {dim} is out of range for shape {self.global_shape}")
-        self.axis_name = axis_name
+        # A tuple, not a list: a jitted function hashes it (a static part
+        # of the pytree node).
+        self.axis_name = tuple(axis_name) if isinstance(axis_name, list) else axis_name
 
     @property
     def dtype(self):
