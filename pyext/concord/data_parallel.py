@@ -374,9 +374,10 @@ def gather_array_with_mean_grads(x, axis, axis_name, gather_dtype=None, grad_sca
     backward(grad_full) reduce-scatters grad_full along `axis` with a mean
     over the ranks, in `grad_scatter_dtype` (None: x's dtype, as in
     xlstm-jax), and casts the result back to x's dtype: each rank gets the
-    mean of all ranks' gradients for its own block. Both are collectives over `axis_name`. When `x` is a
-    JAX tracer (under jax.grad, inside jax.jit), `full` also carries that
-    backward as its derivative, as xlstm-jax's result does.
+    mean of all ranks' gradients for its own block. Both are collectives
+    over `axis_name`. When `x` is a JAX tracer (under jax.grad, inside
+    jax.jit), `full` also carries that backward as its derivative, as
+    xlstm-jax's result does.
     """
     comm = axis_comm(axis_name, mesh)
     if traced([x]):

@@ -10,7 +10,8 @@
 all_reduce, all_gather, reduce_scatter and broadcast run as XLA FFI calls
 (handlers.cpp) on a communicator (the world unless `comm=` is given),
 inside jax.jit, lax.scan, lax.fori_loop and lax.while_loop, under jax.grad,
-jax.checkpoint and jax.vmap, and on concrete arrays outside them. They return new arrays; inputs are never written.
+jax.checkpoint and jax.vmap, and on concrete arrays outside them. They
+return new arrays; inputs are never written.
 Every rank runs its concord collectives in program order (an ordered
 effect: XLA keeps them in order and never drops one), so two ranks running
 the same program always pair the same calls.

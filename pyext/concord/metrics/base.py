@@ -13,10 +13,11 @@ the reduced windows of all ranks to ``synced`` and empties the window, or,
 when the sync failed, leaves the window exactly as it was. Each datum is
 thus sent exactly once: the synced part is never sent again, and the window
 restarts empty, so ``update()`` after a sync builds a new local window on
-top of the synced totals without double counting. ``compute()`` reads ``synced`` combined with the current window
-(on a rank that updated since the last sync, that includes its own
-unsynced data). Metrics never sync on their own: call ``sync()`` (or
-``trigger_sync()`` / ``wait_sync()``) before ``compute()`` for global values.
+top of the synced totals without double counting. ``compute()`` reads
+``synced`` combined with the current window (on a rank that updated since
+the last sync, that includes its own unsynced data). Metrics never sync on
+their own: call ``sync()`` (or ``trigger_sync()`` / ``wait_sync()``) before
+``compute()`` for global values.
 
 States live where the inputs live (the metric's "home"): in the array
 library and on the device of the first update's inputs. NumPy arrays,

@@ -234,7 +234,8 @@ class Accuracy(Metric):
             raise ValueError(f"Accuracy: top_k applies to task='multiclass' only, got top_k="
                              f"{self.top_k} with task={task!r}")
         if not 1 <= self.top_k <= self.num_classes:
-            raise ValueError(f"Accuracy: top_k must be in [1, {self.num_classes}], got {self.top_k}")
+            raise ValueError(
+                f"Accuracy: top_k must be in [1, {self.num_classes}], got {self.top_k}")
         if task == "binary":
             self._add_state("confusion", "sum", (2, 2), np.int64)
         elif task == "multiclass":
