@@ -101,6 +101,31 @@ def measure(fn: Callable[[], object], budget: Budget, barrier: Barrier,
     return timed_loop(fn, iters, barrier, max_over_ranks)
 
 
+def interleaved(fns: list, budget: Budget, barrier: Barrier,
+                max_over_ranks: MaxOverRanks) -> list[float]:
+    """The median time of each of `fns` (the slowest rank's), timed in
+    rounds that run each once, so that a load changing on a shared machine
+    weighs on all of them alike."""
+    for fn in fns:  # the first calls set buffers up (DDP's buckets, say)
+        fn()
+        fn()
+
+    def one_round() -> np.ndarray:
+        times = np.empty(len(fns))
+        for j, fn in enumerate(fns):
+            barrier()
+            start = time.perf_counter()
+            fn()
+            times[j] = time.perf_counter() - start
+        return times
+
+    round_s = float(max_over_ranks(one_round()).sum())
+    rounds = min(max(int(budget.seconds / round_s), budget.min_iters), budget.max_iters)
+    times = np.stack([one_round() for _ in range(rounds)])
+    times = max_over_ranks(times.reshape(-1)).reshape(times.shape)
+    return [float(t) for t in np.median(times, axis=0)]
+
+
 def memcpy_bandwidth(nbytes: int, reps: int) -> float:
     """Median GB/s of one thread copying nbytes between preallocated arrays
     (bytes copied per second, not read + written)."""

@@ -43,7 +43,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 from datetime import timedelta
 
 import numpy as np
@@ -70,30 +69,6 @@ DDP_OPTIONS[MEAN_HOOK] = DDP_OPTIONS["bucket views"]
 
 
 # ---------------------------------------------------------------- workers
-
-
-def interleaved(fns: list, budget: Budget, barrier, max_over_ranks) -> list[float]:
-    """The median time of each of `fns` (the slowest rank's), timed in
-    rounds that run each once, so that a load changing on a shared machine
-    weighs on all of them alike."""
-    for fn in fns:  # the first calls set DDP's buckets up
-        fn()
-        fn()
-
-    def one_round() -> np.ndarray:
-        times = np.empty(len(fns))
-        for j, fn in enumerate(fns):
-            barrier()
-            start = time.perf_counter()
-            fn()
-            times[j] = time.perf_counter() - start
-        return times
-
-    round_s = float(max_over_ranks(one_round()).sum())
-    rounds = min(max(int(budget.seconds / round_s), budget.min_iters), budget.max_iters)
-    times = np.stack([one_round() for _ in range(rounds)])
-    times = max_over_ranks(times.reshape(-1)).reshape(times.shape)
-    return [float(t) for t in np.median(times, axis=0)]
 
 
 def worker(kind: str, plan: dict) -> dict:
@@ -132,7 +107,7 @@ def worker(kind: str, plan: dict) -> dict:
                                                      concord.torch.allreduce_mean_hook)
             fns = {(b, label): fn for b, model in models.items() for label, fn in zip(
                 ("step", "no_sync"), steps(model, torch.optim.SGD(model.parameters(), lr=1e-6)))}
-            medians = interleaved(list(fns.values()), budget, dist.barrier, max_over_ranks)
+            medians = _timing.interleaved(list(fns.values()), budget, dist.barrier, max_over_ranks)
             run = {b: {} for b in BACKENDS}
             for (backend, label), median in zip(fns, medians):
                 run[backend][label] = median

@@ -20,7 +20,9 @@ synchronisation (mean over ranks, in place) of the slowest rank:
   time, including its bucket copies.
 
 torch runs with one intra-op thread per rank, so ranks do not oversubscribe
-the cores. Ratios are the other method's time over the synchroniser's at
+the cores. concord's methods are timed in rounds that run each once, and
+so are DDP's steps with and without no_sync(), so that a load changing on a
+shared machine weighs on the methods compared alike. Ratios are the other method's time over the synchroniser's at
 25 MB; targets: >= 1.5x per-tensor and >= 2x DDP. Each concord measurement
 ends with a check of the result against NumPy.
 
@@ -176,24 +178,25 @@ def concord_worker(plan: dict) -> dict:
     def max_over_ranks(values):
         return cc.all_reduce(values, op="max", out=values)
 
-    def measure(name, fn, grads):
-        times = _timing.measure(fn, budget, cc.barrier, max_over_ranks)
+    def correct(fn, grads):
         for g, value in zip(grads, rank_grads(rank)):
             g[...] = value
         fn()
-        correct = all(np.all(g == np.float32(expected)) for g in grads)
-        return {"name": name, "median_s": float(np.median(times)), "iters": len(times),
-                "correct": bool(correct)}
+        return bool(all(np.all(g == np.float32(expected)) for g in grads))
 
     grads = rank_grads(rank)
-    results = [measure("per-tensor all_reduce",
-                       lambda: [cc.all_reduce(g, op="mean", out=g) for g in grads], grads)]
-    for mb in BUCKET_MBS:
-        with GradientSynchronizer(grads, bucket_cap_mb=mb, first_bucket_mb=1) as sync:
-            result = measure(f"GradientSynchronizer {mb} MB", lambda: sync.synchronize(grads),
-                             grads)
-            result["buckets"] = sync.num_buckets
-            results.append(result)
+    methods = {"per-tensor all_reduce": (lambda: [cc.all_reduce(g, op="mean", out=g)
+                                                  for g in grads], len(SHAPES))}
+    syncs = [GradientSynchronizer(grads, bucket_cap_mb=mb, first_bucket_mb=1) for mb in BUCKET_MBS]
+    for mb, sync in zip(BUCKET_MBS, syncs):
+        methods[f"GradientSynchronizer {mb} MB"] = (lambda s=sync: s.synchronize(grads),
+                                                    sync.num_buckets)
+    fns = [fn for fn, _ in methods.values()]
+    medians = _timing.interleaved(fns, budget, cc.barrier, max_over_ranks)
+    results = [{"name": name, "median_s": median, "buckets": buckets, "correct": correct(fn, grads)}
+               for (name, (fn, buckets)), median in zip(methods.items(), medians)]
+    for sync in syncs:
+        sync.close()
     overlap = concord_overlap(cc, GradientSynchronizer, plan, budget, max_over_ranks)
     cc.shutdown()
     return {"rank": rank, "measurements": results, "overlap": overlap}
@@ -213,13 +216,10 @@ def concord_overlap(cc, GradientSynchronizer, plan: dict, budget: Budget, max_ov
         sync = syncs[mb] = GradientSynchronizer(template, bucket_cap_mb=mb, first_bucket_mb=1)
         handlers[f"GradientSynchronizer {mb} MB"] = (sync.mark_ready, sync.wait)
     runs, _ = overlap_runs(torch, plan["work"], handlers)
-    results = []
-    for name, run in runs.items():
-        times = _timing.measure(run, budget, cc.barrier, max_over_ranks)
-        results.append({"name": name, "median_s": float(np.median(times)), "iters": len(times)})
+    medians = _timing.interleaved(list(runs.values()), budget, cc.barrier, max_over_ranks)
     for sync in syncs.values():
         sync.close()
-    return results
+    return [{"name": name, "median_s": median} for name, median in zip(runs, medians)]
 
 
 def ddp_worker(plan: dict) -> dict:
@@ -245,10 +245,9 @@ def ddp_worker(plan: dict) -> dict:
             step()
 
     max_over_ranks = torch_max_over_ranks(torch, dist)
-    results = []
-    for name, fn in (("DDP forward+backward", step), ("no_sync forward+backward", step_no_sync)):
-        times = _timing.measure(fn, budget, dist.barrier, max_over_ranks)
-        results.append({"name": name, "median_s": float(np.median(times)), "iters": len(times)})
+    names = ("DDP forward+backward", "no_sync forward+backward")
+    medians = _timing.interleaved([step, step_no_sync], budget, dist.barrier, max_over_ranks)
+    results = [{"name": name, "median_s": median} for name, median in zip(names, medians)]
     overlap = ddp_overlap(torch, DistributedDataParallel, plan["work"], budget, dist.barrier,
                           max_over_ranks)
     rank = dist.get_rank()
@@ -270,11 +269,9 @@ def ddp_overlap(torch, DistributedDataParallel, work: int, budget: Budget, barri
         with model.no_sync():
             step()
 
-    results = []
-    for name, fn in (("DDP compute alone (no_sync)", alone), ("DDP gloo 25 MB", step)):
-        times = _timing.measure(fn, budget, barrier, max_over_ranks)
-        results.append({"name": name, "median_s": float(np.median(times)), "iters": len(times)})
-    return results
+    names = ("DDP compute alone (no_sync)", "DDP gloo 25 MB")
+    medians = _timing.interleaved([alone, step], budget, barrier, max_over_ranks)
+    return [{"name": name, "median_s": median} for name, median in zip(names, medians)]
 
 
 WORKERS = {"concord": concord_worker, "ddp": ddp_worker}
@@ -328,7 +325,7 @@ def rows_for(concord_results: dict, ddp_results: dict) -> tuple[list[list[str]],
     per_tensor = median_of(concord_results, "per-tensor all_reduce")
     rows = []
     for m in concord_results.get("measurements", []):
-        rows.append([m["name"], str(m.get("buckets", len(SHAPES))), f"{m['median_s'] * 1e3:.1f}",
+        rows.append([m["name"], str(m["buckets"]), f"{m['median_s'] * 1e3:.1f}",
                      f"{NUMEL * 4 / m['median_s'] / 1e9:.2f}", ratio(per_tensor, m["median_s"]),
                      ratio(ddp, m["median_s"]), "" if m["correct"] else "WRONG RESULT"])
     if ddp is not None:
