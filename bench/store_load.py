@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
