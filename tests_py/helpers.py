@@ -2,8 +2,8 @@
 random data, the NumPy references of the collectives and the comparison
 of results with them, a collector of the failures of one rank's checks,
 host copies of torch tensors, a GPU delay, the install locations
-`python -m concord` reports, and ranks run as processes of a job served
-by the test.
+`python -m concord` reports, the end of processes that lead sessions of
+their own, and ranks run as processes of a job served by the test.
 
 conftest.py puts this directory on sys.path (the suite imports test
 modules by path), so test modules import it by name; the fixtures
@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -162,6 +163,38 @@ def load_module(path, name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def finish_sessions(processes, timeout):
+    """(returncode, stdout, stderr) of each process, every one leading a
+    session of its own (started with start_new_session), waited for until
+    `timeout` seconds from now; one still running then is killed, and its
+    returncode is None. Every session is killed at the end, also when the
+    wait fails, so that nothing a process started outlives the test."""
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for process in processes:
+            try:
+                stdout, stderr = process.communicate(
+                    timeout=max(0.1, deadline - time.monotonic()))
+                results.append((process.returncode, stdout, stderr))
+            except subprocess.TimeoutExpired:
+                _kill_session(process)
+                stdout, stderr = process.communicate()
+                results.append((None, stdout, stderr))
+    finally:
+        for process in processes:
+            _kill_session(process)
+            process.communicate()
+    return results
+
+
+def _kill_session(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 # ---- ranks as processes of a job served here -------------------------------------

@@ -26,7 +26,7 @@ import pytest
 import concord as cc
 import netns
 from collective_checks import Checks
-from helpers import report
+from helpers import finish_sessions, report
 
 _WORKER = Path(__file__).with_name("gpu_helpers.py")
 # Ports of the job on node0: every test host has its own port space.
@@ -88,24 +88,6 @@ def _launcher(hosts, node, nprocs, *target, extra=()):
             "--master-port", str(_MASTER_PORT), *extra, *target]
 
 
-def _finish(processes, timeout):
-    """(returncode, stdout, stderr) per process; those still running at the
-    deadline are killed (returncode None)."""
-    deadline = time.monotonic() + timeout
-    results = []
-    for process in processes:
-        try:
-            stdout, stderr = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            results.append((process.returncode, stdout, stderr))
-        except KeyboardInterrupt:
-            raise
-        except Exception:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            results.append((None, stdout, stderr))
-    return results
-
-
 def _outputs(results):
     return "\n".join(f"--- process {i}: status {code} ---\n{out[-4000:]}\n{err[-6000:]}"
                      for i, (code, out, err) in enumerate(results))
@@ -116,7 +98,7 @@ def _run_on_every_host(hosts, argv, env, timeout=_JOB_TIMEOUT_S):
     processes = [hosts.popen(node, argv(node), env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, errors="replace")
                  for node in range(hosts.count)]
-    results = _finish(processes, timeout)
+    results = finish_sessions(processes, timeout)
     assert all(code == 0 for code, _, _ in results), _outputs(results)
 
 
@@ -346,12 +328,12 @@ def test_a_rank_killed_on_one_host_fails_the_ranks_of_both(test_hosts, tmp_path)
     deadline = time.monotonic() + 60
     while len(list(out_dir.glob("ready*"))) < 2 * nprocs:
         assert time.monotonic() < deadline and all(p.poll() is None for p in ranks), \
-            _outputs(_finish(ranks, 1))
+            _outputs(finish_sessions(ranks, 1))
         time.sleep(0.05)
     time.sleep(0.5)  # the survivors are waiting in the all_reduce
     killed_at = time.time()
     os.kill(int((out_dir / f"ready{victim}").read_text()), signal.SIGKILL)
-    results = _finish(ranks, timeout + 30)
+    results = finish_sessions(ranks, timeout + 30)
     for rank, (code, _, _) in enumerate(results):
         if rank != victim:
             assert code == 0, _outputs(results)
@@ -373,7 +355,7 @@ def test_a_rank_failing_on_one_node_stops_every_node(test_hosts, tmp_path):
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              errors="replace")
                  for node in range(2)]
-    results = _finish(launchers, 90)
+    results = finish_sessions(launchers, 90)
     assert time.monotonic() - started < 60, _outputs(results)
     (code0, _, err0), (code1, _, err1) = results
     assert code1 == 3, _outputs(results)

@@ -6,14 +6,14 @@ job's), where rank 0 publishes concord's store through torch's."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from helpers import finish_sessions
 
 pytest.importorskip("torch.distributed.run")
 
@@ -44,18 +44,8 @@ def _torchrun(*args):
 
 
 def _finish(agents):
-    outputs = []
-    try:
-        for agent in agents:
-            outputs.append(agent.communicate(timeout=_TIMEOUT_S)[0])
-    finally:
-        for agent in agents:
-            try:
-                os.killpg(agent.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            agent.communicate()
-    return outputs
+    """Each agent's output (stderr included)."""
+    return [stdout for _, stdout, _ in finish_sessions(agents, _TIMEOUT_S)]
 
 
 def _check(tmp_path, size):

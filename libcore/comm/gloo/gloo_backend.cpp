@@ -15,6 +15,7 @@
 #include "base/env.hpp"
 #include "base/format.hpp"
 #include "base/interrupt.hpp"
+#include "comm/blocks.hpp"
 #include "comm/gloo/partial.hpp"
 #include "comm/gloo/setup_agreement.hpp"
 #include "comm/gloo/store_adapter.hpp"
@@ -84,9 +85,6 @@ void set_buffers(::gloo::AllreduceOptions& opts, const void* in, void* out, std:
   invalid_argument("gloo: no element type of ", element, " bytes");
 }
 
-unsigned char* bytes_of(void* p) { return static_cast<unsigned char*>(p); }
-const unsigned char* bytes_of(const void* p) { return static_cast<const unsigned char*>(p); }
-
 // `count` values of `send` in the dtype partial results travel in: `send`
 // itself when that is its dtype, else a converted copy that `holder` keeps.
 const unsigned char* carried_values(const void* send, DType dtype, DType carried,
@@ -105,17 +103,6 @@ bool goes_direct(int ranks) {
   if (*forced == "direct") return true;
   if (*forced == "ring") return false;
   invalid_argument("CONCORD_GLOO_ALGORITHM='", *forced, "' must be 'direct' or 'ring'");
-}
-
-// Block b of `count` elements cut into `blocks` blocks of at most
-// ceil(count / blocks): [begin, begin + size).
-struct Block {
-  std::size_t begin, size;
-};
-Block block_of(int b, std::size_t count, int blocks) {
-  const std::size_t most = (count + blocks - 1) / blocks;
-  const std::size_t begin = std::min(count, most * b);
-  return {begin, std::min(count, begin + most) - begin};
 }
 
 }  // namespace
@@ -560,7 +547,7 @@ void GlooBackend::direct_all_reduce(const void* send, void* recv, std::size_t co
   std::unique_ptr<unsigned char[]> widened;
   const unsigned char* in = carried_values(send, dtype, carried, count, widened);
   const Block mine = block_of(rank_, count, size_);
-  const std::size_t most = (count + size_ - 1) / size_;
+  const std::size_t most = most_per_block(count, size_);
   // Each peer's part of block `mine`, and in our own slot the reduction.
   unsigned char* parts = scratch(size_ * most * wide);
   auto part_of = [&](int q) { return parts + q * most * wide; };

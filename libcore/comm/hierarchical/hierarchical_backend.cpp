@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/format.hpp"
+#include "comm/blocks.hpp"
 #include "comm/gloo/partial.hpp"
 #include "comm/gloo/setup_agreement.hpp"
 
@@ -27,20 +28,6 @@ OpContext step_context(const OpContext& ctx, DType dtype, std::size_t count, int
 
 std::unique_ptr<unsigned char[]> scratch(std::size_t bytes) {
   return std::make_unique_for_overwrite<unsigned char[]>(bytes);
-}
-
-unsigned char* bytes_of(void* p) { return static_cast<unsigned char*>(p); }
-const unsigned char* bytes_of(const void* p) { return static_cast<const unsigned char*>(p); }
-
-// [begin, end) of shard s of `count` elements cut into `shards`.
-struct Range {
-  std::size_t begin, end;
-  std::size_t size() const { return end - begin; }
-};
-Range shard_range(int s, std::size_t count, int shards) {
-  const std::size_t per = (count + shards - 1) / shards;
-  const std::size_t begin = std::min(count, per * s);
-  return {begin, std::min(count, begin + per)};
 }
 
 }  // namespace
@@ -134,14 +121,14 @@ void HierarchicalBackend::all_reduce(const OpContext& ctx, const void* send, voi
     run([&] { local_->all_reduce(reduce_ctx, in, buf, count, carried, combine); }, host_note_);
 
   if (layout_.local < shards) {
-    const Range mine = shard_range(layout_.local, count, shards);
+    const Block mine = block_of(layout_.local, count, shards);
     unsigned char* part = buf + mine.begin * elem;
-    if (mine.size() != 0)
+    if (mine.size != 0)
       run([&] {
-        across_->all_reduce(step_context(ctx, carried, mine.size(), static_cast<int>(combine)),
-                            part, part, mine.size(), carried, combine);
+        across_->all_reduce(step_context(ctx, carried, mine.size, static_cast<int>(combine)),
+                            part, part, mine.size, carried, combine);
       });
-    if (op == ReduceOp::kMean) gloo::divide_mean(part, carried, layout_.nranks(), mine.size());
+    if (op == ReduceOp::kMean) gloo::divide_mean(part, carried, layout_.nranks(), mine.size);
   }
 
   if (scatter) {
@@ -149,9 +136,9 @@ void HierarchicalBackend::all_reduce(const OpContext& ctx, const void* send, voi
                                  buf, shard * elem); }, host_note_);
   } else {
     for (int s = 0; s < shards; ++s) {
-      const Range r = shard_range(s, count, shards);
-      run([&] { local_->broadcast(step_context(ctx, carried, r.size(), -1, s), buf + r.begin * elem,
-                                  buf + r.begin * elem, r.size() * elem, s); }, host_note_);
+      const Block r = block_of(s, count, shards);
+      run([&] { local_->broadcast(step_context(ctx, carried, r.size, -1, s), buf + r.begin * elem,
+                                  buf + r.begin * elem, r.size * elem, s); }, host_note_);
     }
   }
   if (carried != dtype) gloo::convert(buf, carried, recv, dtype, count);
