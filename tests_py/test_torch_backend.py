@@ -77,6 +77,31 @@ def torchrun_ranks(tmp_path, nprocs, fn, *args):
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(nprocs)]
 
 
+def leave_collectives_pending(nbytes, count):
+    """Runs in each rank: starts `count` asynchronous all_reduces of
+    `nbytes` on the concord group and returns (the process then exits)
+    without waiting for them or destroying the group."""
+    import torch
+    import torch.distributed as dist
+
+    import concord.torch  # noqa: F401 (registers the backend)
+
+    dist.init_process_group("concord")
+    tensors = [torch.full((nbytes // 4,), float(dist.get_rank() + 1)) for _ in range(count)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    return {"rank": dist.get_rank(), "pending": sum(not w.get_future().done() for w in works)}
+
+
+def test_ranks_exit_cleanly_with_collectives_pending(process_ranks):
+    """The process exits with status 0 on every rank (the job fails
+    otherwise), as torch's own backends let a script end without
+    destroy_process_group(), though collectives were still running when
+    it ended."""
+    results = process_ranks(2, leave_collectives_pending, 16 << 20, 8, timeout=JOB_TIMEOUT_S)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["pending"] > 0 for r in results), results
+
+
 def test_importing_concord_does_not_import_torch():
     code = "import sys, concord; print('torch' in sys.modules)"
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
