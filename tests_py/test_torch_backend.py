@@ -84,9 +84,9 @@ def leave_collectives_pending(nbytes, count):
     import torch
     import torch.distributed as dist
 
-    import concord.torch  # noqa: F401 (registers the backend)
+    import concord.torch
 
-    dist.init_process_group("concord")
+    dist.init_process_group(concord.torch.NAME)
     tensors = [torch.full((nbytes // 4,), float(dist.get_rank() + 1)) for _ in range(count)]
     works = [dist.all_reduce(t, async_op=True) for t in tensors]
     return {"rank": dist.get_rank(), "pending": sum(not w.get_future().done() for w in works)}
