@@ -1,7 +1,9 @@
 // A buffer of `count` elements cut into `blocks` contiguous blocks of at
-// most ceil(count / blocks) elements each, the way the collectives that
-// give every rank (or every host's shard) a part of a buffer cut it. The
-// last blocks are shorter, or empty when count < blocks.
+// most ceil(count / blocks) elements each, rounded up to a multiple of
+// `multiple` (the shm backend's parts are whole cache lines, so that ranks
+// never write the same line), the way the collectives that give every rank
+// (or every host's shard) a part of a buffer cut it. The last blocks are
+// shorter, or empty.
 #pragma once
 
 #include <algorithm>
@@ -14,12 +16,13 @@ struct Block {
   std::size_t begin, size;
 };
 
-inline std::size_t most_per_block(std::size_t count, int blocks) {
-  return (count + static_cast<std::size_t>(blocks) - 1) / static_cast<std::size_t>(blocks);
+inline std::size_t most_per_block(std::size_t count, int blocks, std::size_t multiple = 1) {
+  const std::size_t n = static_cast<std::size_t>(blocks);
+  return ((count + n - 1) / n + multiple - 1) / multiple * multiple;
 }
 
-inline Block block_of(int b, std::size_t count, int blocks) {
-  const std::size_t most = most_per_block(count, blocks);
+inline Block block_of(int b, std::size_t count, int blocks, std::size_t multiple = 1) {
+  const std::size_t most = most_per_block(count, blocks, multiple);
   const std::size_t begin = std::min(count, most * static_cast<std::size_t>(b));
   return {begin, std::min(count, begin + most) - begin};
 }

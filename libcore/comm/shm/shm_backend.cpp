@@ -19,6 +19,7 @@
 #include "base/env.hpp"
 #include "base/format.hpp"
 #include "base/interrupt.hpp"
+#include "comm/blocks.hpp"
 #include "comm/shm/cma.hpp"
 #include "comm/shm/futex.hpp"
 #include "kernels/cpu/reduce.hpp"
@@ -49,17 +50,10 @@ constexpr std::uint32_t kAbortClaimed = 0xFFFFFFFFu;
 // Published instead of a segment name when rank 0 could not make one.
 constexpr const char* kNoSegment = "-";
 
-// [begin, end) of the elements rank q reduces within a chunk of n elements;
-// parts are cache-line multiples so ranks never write the same line.
-struct Range {
-  std::size_t begin, end;
-  std::size_t size() const { return end - begin; }
-};
-Range part_of(int q, std::size_t n, int nranks, std::size_t elem_size) {
-  std::size_t per_line = std::max<std::size_t>(1, kCacheLine / elem_size);
-  std::size_t part = Layout::align((n + nranks - 1) / nranks, per_line);
-  std::size_t begin = std::min(n, part * q);
-  return {begin, std::min(n, begin + part)};
+// The elements rank q reduces within a chunk of n elements: whole cache
+// lines, so that ranks never write the same line.
+Block part_of(int q, std::size_t n, int nranks, std::size_t elem_size) {
+  return block_of(q, n, nranks, std::max<std::size_t>(1, kCacheLine / elem_size));
 }
 
 bool process_alive(pid_t pid) {
@@ -377,18 +371,18 @@ void ShmBackend::all_reduce_single_copy(const OpContext& ctx, const void* send, 
   descriptor(step.buffer, rank_).result = reinterpret_cast<std::uint64_t>(recv);
   sync(label);
   check_descriptors(step, label);
-  const Range own = part_of(rank_, count, nranks_, elem);
+  const Block own = part_of(rank_, count, nranks_, elem);
   char* out = static_cast<char*>(recv);
-  if (own.size() != 0)
+  if (own.size != 0)
     reduce_from_peers(label, step, static_cast<const char*>(send) + own.begin * elem,
-                      own.begin * elem, out + own.begin * elem, own.size(), dtype, op);
+                      own.begin * elem, out + own.begin * elem, own.size, dtype, op);
   sync(label);
   for (int k = 1; k < nranks_; ++k) {
     const int q = (rank_ + k) % nranks_;
-    const Range part = part_of(q, count, nranks_, elem);
-    if (part.size() != 0)
+    const Block part = part_of(q, count, nranks_, elem);
+    if (part.size != 0)
       read_peer(label, q, out + part.begin * elem,
-                descriptor(step.buffer, q).result + part.begin * elem, part.size() * elem);
+                descriptor(step.buffer, q).result + part.begin * elem, part.size * elem);
   }
   sync(label);  // every result stays as it is until all peers have read it
 }
@@ -425,30 +419,30 @@ void ShmBackend::all_reduce_pipelined(const OpContext& ctx, const void* send, vo
     const Step step = next_step();
     char* mine = slot(step.buffer, rank_);
     for (int q = 0; q < nranks_; ++q) {
-      const Range part = part_of(q, n, nranks_, elem);
-      if (q != rank_ && part.size() != 0)
-        std::memcpy(mine + part.begin * elem, in + (offset + part.begin) * elem, part.size() * elem);
+      const Block part = part_of(q, n, nranks_, elem);
+      if (q != rank_ && part.size != 0)
+        std::memcpy(mine + part.begin * elem, in + (offset + part.begin) * elem, part.size * elem);
     }
     const bool first = offset == 0;
     if (first) publish_descriptor(step, ctx, CallKind::kAllReduce, count);
     sync(label);
     if (first) check_descriptors(step, label);
 
-    const Range own = part_of(rank_, n, nranks_, elem);
-    if (own.size() != 0) {
+    const Block own = part_of(rank_, n, nranks_, elem);
+    if (own.size != 0) {
       for (int q = 0; q < nranks_; ++q)
         sources_[q] = q == rank_ ? in + (offset + own.begin) * elem
                                 : slot(step.buffer, q) + own.begin * elem;
       char* result = out + (offset + own.begin) * elem;
-      cpu::reduce_sources(result, sources_.data(), nranks_, own.size(), dtype, op, nranks_);
-      std::memcpy(mine + own.begin * elem, result, own.size() * elem);
+      cpu::reduce_sources(result, sources_.data(), nranks_, own.size, dtype, op, nranks_);
+      std::memcpy(mine + own.begin * elem, result, own.size * elem);
     }
     sync(label);
     for (int q = 0; q < nranks_; ++q) {
-      const Range part = part_of(q, n, nranks_, elem);
-      if (q != rank_ && part.size() != 0)
+      const Block part = part_of(q, n, nranks_, elem);
+      if (q != rank_ && part.size != 0)
         std::memcpy(out + (offset + part.begin) * elem, slot(step.buffer, q) + part.begin * elem,
-                    part.size() * elem);
+                    part.size * elem);
     }
   }
 }
